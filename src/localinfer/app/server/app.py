@@ -1,0 +1,64 @@
+"""The FastAPI app factory: dialect routers, /health, and the error handlers that use the one error table."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from localinfer import __version__
+from localinfer.app.server.errors import openai_error, openai_error_body
+from localinfer.app.server.openai.routes import router as openai_router
+from localinfer.engine.engine import Engine
+from localinfer.errors import LocalInferError
+from localinfer.models.store import Manifest
+
+
+def create_app(engine: Engine, *, api_key: str | None = None, preload: Manifest | None = None) -> FastAPI:
+    """An app serving ``engine``. ``preload`` starts loading a model at startup; /health says 503 until then."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if preload is not None:
+            engine.preload(preload)
+        yield
+        await engine.close()
+
+    app = FastAPI(title="localinfer", version=__version__, lifespan=lifespan)
+    app.state.engine = engine
+    app.state.api_key = api_key
+    app.include_router(openai_router)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        state = engine.health()
+        body = {"status": {"ready": "ok", "loading": "loading model"}.get(state, "error")}
+        body["slots_processing"] = engine.busy_slots()  # type: ignore[assignment]
+        return JSONResponse(body, status_code=200 if state == "ready" else 503)
+
+    @app.exception_handler(LocalInferError)
+    async def on_localinfer_error(_: Request, exc: LocalInferError) -> JSONResponse:
+        status, body = openai_error(exc)
+        return JSONResponse(body, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        location = [str(part) for part in first.get("loc", ()) if part != "body"]
+        param = ".".join(location) or None
+        if first.get("type") == "json_invalid":
+            message, param = "the request body is not valid JSON", None
+        else:
+            message = f"{param or 'body'}: {first.get('msg', 'invalid value')}"
+        return JSONResponse(openai_error_body(message, "invalid_request_error", param=param), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        return JSONResponse(openai_error_body(str(exc.detail), kind), status_code=exc.status_code)
+
+    return app

@@ -1,0 +1,61 @@
+"""The one table that maps localinfer errors to HTTP statuses, and the OpenAI error shape.
+
+Other dialects (Ollama, llama.cpp) reuse ``status_for`` and only change the body's shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localinfer.errors import (
+    ContextLengthExceeded,
+    GenerationFailed,
+    InvalidRequest,
+    LocalInferError,
+    ModelLoadError,
+    ModelNotFound,
+    ModelNotReady,
+    QueueFull,
+    Unauthorized,
+)
+
+# (error class, HTTP status, OpenAI error type, OpenAI error code); the first matching row wins.
+ERROR_TABLE: tuple[tuple[type[LocalInferError], int, str, str | None], ...] = (
+    (ModelNotFound, 404, "invalid_request_error", "model_not_found"),
+    (ContextLengthExceeded, 400, "invalid_request_error", "context_length_exceeded"),
+    (InvalidRequest, 400, "invalid_request_error", None),
+    (Unauthorized, 401, "authentication_error", "invalid_api_key"),
+    (QueueFull, 503, "server_error", "queue_full"),
+    (ModelNotReady, 503, "server_error", "model_loading"),
+    (ModelLoadError, 500, "server_error", "model_load_failed"),
+    (GenerationFailed, 500, "server_error", "generation_failed"),
+    (LocalInferError, 500, "server_error", None),
+)
+
+
+def _row(exc: LocalInferError) -> tuple[int, str, str | None]:
+    for cls, status, kind, code in ERROR_TABLE:
+        if isinstance(exc, cls):
+            return status, kind, code
+    raise AssertionError("LocalInferError is the last row")  # pragma: no cover
+
+
+def status_for(exc: LocalInferError) -> int:
+    return _row(exc)[0]
+
+
+def user_message(exc: LocalInferError) -> str:
+    return f"{exc.message}; {exc.hint}" if exc.hint else exc.message
+
+
+def openai_error_body(
+    message: str, kind: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def openai_error(exc: LocalInferError) -> tuple[int, dict[str, Any]]:
+    """The status and OpenAI-shaped body for ``exc``."""
+    status, kind, code = _row(exc)
+    param = exc.param if isinstance(exc, InvalidRequest) else None
+    return status, openai_error_body(user_message(exc), kind, param=param, code=code)

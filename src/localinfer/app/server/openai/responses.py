@@ -1,0 +1,126 @@
+"""OpenAI response bodies and SSE streams built from core token chunks."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from localinfer.app.server.errors import openai_error
+from localinfer.errors import LocalInferError
+from localinfer.types import TokenChunk, Usage
+
+
+def usage_body(usage: Usage | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+def timings_body(chunk: TokenChunk) -> dict[str, Any] | None:
+    t = chunk.timings
+    if t is None:
+        return None
+    return {
+        "prompt_n": t.prompt_n,
+        "prompt_ms": round(t.prompt_ms, 3),
+        "prompt_per_second": round(t.prompt_per_second, 2),
+        "predicted_n": t.predicted_n,
+        "predicted_ms": round(t.predicted_ms, 3),
+        "predicted_per_second": round(t.predicted_per_second, 2),
+    }
+
+
+@dataclass
+class Collected:
+    """A whole generation gathered from its chunks."""
+
+    text: str = ""
+    last: TokenChunk = field(default_factory=lambda: TokenChunk(""))
+
+
+async def collect(chunks: AsyncIterator[TokenChunk]) -> Collected:
+    result = Collected()
+    parts: list[str] = []
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            parts.append(chunk.text)
+            result.last = chunk
+    result.text = "".join(parts)
+    return result
+
+
+@dataclass(frozen=True)
+class StreamHeader:
+    """What every chunk of one stream repeats: id, created, model, object."""
+
+    object: str
+    model: str
+    id: str
+    created: int
+
+    @classmethod
+    def new(cls, object: str, model: str, id_prefix: str) -> StreamHeader:
+        return cls(object, model, f"{id_prefix}-{uuid.uuid4().hex}", int(time.time()))
+
+    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
+
+
+def sse(data: dict[str, Any] | str) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+class ChoiceShape(Protocol):
+    """How one dialect endpoint shapes a streamed choice."""
+
+    def opening(self, index: int) -> dict[str, Any] | None: ...
+    def content(self, index: int, text: str) -> dict[str, Any]: ...
+    def finish(self, index: int, reason: str) -> dict[str, Any]: ...
+
+
+async def sse_stream(
+    streams: list[AsyncIterator[TokenChunk]], header: StreamHeader, shape: ChoiceShape, include_usage: bool
+) -> AsyncIterator[str]:
+    """Server-sent events for one or more generations (one per choice index), ending with ``[DONE]``.
+
+    An error after the stream began is sent as ``data: {"error": ...}``. Closing this iterator closes the
+    generations, which frees their slots at once.
+    """
+    extra: dict[str, Any] = {"usage": None} if include_usage else {}
+    total = Usage(0, 0, 0)
+    try:
+        for index, stream in enumerate(streams):
+            opening = shape.opening(index)
+            if opening is not None:
+                yield sse(header.chunk([opening], **extra))
+            async with aclosing(stream):
+                async for chunk in stream:
+                    if chunk.text:
+                        yield sse(header.chunk([shape.content(index, chunk.text)], **extra))
+                    if chunk.finish_reason is not None:
+                        yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra))
+                    if chunk.usage is not None:
+                        total = total + chunk.usage
+    except LocalInferError as exc:
+        yield sse(openai_error(exc)[1])
+        return
+    if include_usage:
+        yield sse(header.chunk([], usage=usage_body(total)))
+    yield sse("[DONE]")

@@ -1,0 +1,139 @@
+"""OpenAI routes: parse the body, translate to core requests, hand to the engine, shape the answer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from localinfer.app.server.auth import require_api_key
+from localinfer.app.server.openai.responses import (
+    StreamHeader,
+    collect,
+    sse_stream,
+    timings_body,
+    usage_body,
+)
+from localinfer.app.server.openai.wire import ChatCompletionBody, CompletionBody
+from localinfer.engine.engine import Engine
+from localinfer.errors import ModelNotFound
+from localinfer.types import TokenChunk, Usage
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
+
+
+async def _primed(stream: AsyncIterator[TokenChunk]) -> AsyncIterator[TokenChunk]:
+    """Run ``stream`` up to its first chunk now, so that a bad request fails before any byte is sent."""
+    first = await anext(stream)
+
+    async def replay() -> AsyncIterator[TokenChunk]:
+        try:
+            yield first
+            async for chunk in stream:
+                yield chunk
+        finally:
+            await stream.aclose()
+
+    return replay()
+
+
+def _model_card(name: str, created: int) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": "localinfer"}
+
+
+@router.get("/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    return {"object": "list", "data": [_model_card(m.name, m.created) for m in _engine(request).models()]}
+
+
+@router.get("/models/{model_id:path}")
+async def get_model(model_id: str, request: Request) -> dict[str, Any]:
+    for info in _engine(request).models():
+        if info.name == model_id:
+            return _model_card(info.name, info.created)
+    raise ModelNotFound(model_id)
+
+
+class _ChatShape:
+    def opening(self, index: int) -> dict[str, Any]:
+        return {
+            "index": index,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+
+    def content(self, index: int, text: str) -> dict[str, Any]:
+        return {"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+
+    def finish(self, index: int, reason: str) -> dict[str, Any]:
+        return {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
+
+
+@router.post("/chat/completions", response_model=None)
+async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONResponse | StreamingResponse:
+    core = body.to_core()
+    stream = await _primed(_engine(request).chat(core))
+    header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
+    if body.stream:
+        events = sse_stream([stream], header, _ChatShape(), body.include_usage)
+        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    result = await collect(stream)
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": result.text},
+        "logprobs": None,
+        "finish_reason": result.last.finish_reason,
+    }
+    return JSONResponse(
+        {
+            **header.chunk([choice], usage=usage_body(result.last.usage), timings=timings_body(result.last)),
+            "object": "chat.completion",
+        }
+    )
+
+
+class _CompletionShape:
+    def __init__(self, prompts: list[str], echo: bool) -> None:
+        self._prompts = prompts
+        self._echo = echo
+
+    def opening(self, index: int) -> dict[str, Any] | None:
+        return self.content(index, self._prompts[index]) if self._echo else None
+
+    def content(self, index: int, text: str) -> dict[str, Any]:
+        return {"index": index, "text": text, "logprobs": None, "finish_reason": None}
+
+    def finish(self, index: int, reason: str) -> dict[str, Any]:
+        return {"index": index, "text": "", "logprobs": None, "finish_reason": reason}
+
+
+@router.post("/completions", response_model=None)
+async def completions(body: CompletionBody, request: Request) -> JSONResponse | StreamingResponse:
+    engine = _engine(request)
+    cores = body.to_core()
+    prompts = [c.prompt for c in cores]
+    header = StreamHeader.new("text_completion", body.model, "cmpl")
+    if body.stream:
+        first = await _primed(engine.complete(cores[0]))
+        streams = [first] + [engine.complete(c) for c in cores[1:]]
+        events = sse_stream(streams, header, _CompletionShape(prompts, body.echo), body.include_usage)
+        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    choices: list[dict[str, Any]] = []
+    total = Usage(0, 0, 0)
+    for index, core in enumerate(cores):
+        result = await collect(engine.complete(core))
+        text = (core.prompt if body.echo else "") + result.text
+        choices.append(
+            {"index": index, "text": text, "logprobs": None, "finish_reason": result.last.finish_reason}
+        )
+        total = total + (result.last.usage or Usage(0, 0, 0))
+    return JSONResponse(header.chunk(choices, usage=usage_body(total)))

@@ -1,0 +1,156 @@
+"""OpenAI wire models: request bodies as clients send them, translated into core types here and nowhere else.
+
+Unknown fields are accepted and ignored (``user``, ``metadata``, ``store``...), as OpenAI-compatible servers do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from localinfer.errors import InvalidRequest
+from localinfer.types import (
+    ChatMessage,
+    ChatRequest,
+    CompletionRequest,
+    GenerationOptions,
+    ResponseFormat,
+    SamplingParams,
+)
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Wire):
+    include_usage: bool = False
+
+
+class JsonSchemaSpec(_Wire):
+    name: str = "response"
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormatWire(_Wire):
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: JsonSchemaSpec | None = None
+
+    def to_core(self) -> ResponseFormat:
+        if self.type == "json_schema":
+            if self.json_schema is None:
+                raise InvalidRequest(
+                    "response_format of type json_schema needs a json_schema object",
+                    param="response_format.json_schema",
+                )
+            return ResponseFormat("json_schema", self.json_schema.schema_)
+        return ResponseFormat(self.type)
+
+
+class ContentPart(_Wire):
+    type: str
+    text: str | None = None
+
+
+class MessageWire(_Wire):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+    def to_core(self) -> ChatMessage:
+        if isinstance(self.content, list):
+            if any(part.type != "text" for part in self.content):
+                raise InvalidRequest("only text content parts are supported", param="messages.content")
+            text = "".join(part.text or "" for part in self.content)
+        else:
+            text = self.content or ""
+        return ChatMessage(role="system" if self.role == "developer" else self.role, content=text)
+
+
+class _SamplingWire(_Wire):
+    """Fields shared by chat and text completions, with llama.cpp's extensions (top_k, min_p...)."""
+
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float = Field(0.8, ge=0.0, le=2.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    top_k: int = Field(40, ge=0)
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
+    repeat_penalty: float = Field(1.0, gt=0.0)
+    repeat_last_n: int = Field(64, ge=0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int = Field(1, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    ignore_eos: bool = False
+    logprobs: bool | int | None = None
+
+    def _check_supported(self) -> None:
+        if self.n != 1:
+            raise InvalidRequest(f"n={self.n} is not supported: only one choice per request (n=1)", param="n")
+        if self.logprobs:
+            raise InvalidRequest("logprobs are not supported yet", param="logprobs")
+
+    def _options(self, max_tokens: int | None, response_format: ResponseFormat) -> GenerationOptions:
+        self._check_supported()
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if len(stops) > 16:
+            raise InvalidRequest("at most 16 stop sequences are allowed", param="stop")
+        sampling = SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            repeat_penalty=self.repeat_penalty,
+            repeat_last_n=self.repeat_last_n,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            seed=self.seed,
+        )
+        return GenerationOptions(
+            sampling=sampling,
+            max_tokens=max_tokens,
+            stop=tuple(stops),
+            response_format=response_format,
+            ignore_eos=self.ignore_eos,
+        )
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class ChatCompletionBody(_SamplingWire):
+    messages: list[MessageWire] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    response_format: ResponseFormatWire | None = None
+
+    def to_core(self) -> ChatRequest:
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        response_format = self.response_format.to_core() if self.response_format else ResponseFormat()
+        return ChatRequest(
+            model=self.model,
+            messages=tuple(m.to_core() for m in self.messages),
+            options=self._options(max_tokens, response_format),
+        )
+
+
+class CompletionBody(_SamplingWire):
+    prompt: str | list[str]
+    max_tokens: int | None = Field(16, ge=1)
+    echo: bool = False
+    suffix: str | None = None
+
+    def to_core(self) -> list[CompletionRequest]:
+        """One core request per prompt (a list of prompts gives one choice each)."""
+        if self.suffix:
+            raise InvalidRequest("suffix (fill-in-the-middle) is not supported yet", param="suffix")
+        prompts = [self.prompt] if isinstance(self.prompt, str) else self.prompt
+        if not prompts:
+            raise InvalidRequest("prompt must not be an empty list", param="prompt")
+        options = self._options(self.max_tokens, ResponseFormat())
+        return [CompletionRequest(model=self.model, prompt=p, options=options) for p in prompts]

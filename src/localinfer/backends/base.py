@@ -1,0 +1,79 @@
+"""What every backend offers the engine. Backends never import the engine or the app."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from localinfer.types import GenerationRequest, TokenChunk
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    formats: tuple[str, ...]
+    grammar: bool = False
+    batching: bool = False
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """How to load one model. ``ctx_size == 0`` means the model's trained context, capped at ``ctx_cap``."""
+
+    path: Path
+    ctx_size: int = 0
+    ctx_cap: int = 8192
+    threads: int = 0
+    batch_size: int = 512
+    parallel: int = 1
+    gpu_layers: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the engine needs to know about a loaded model to build prompts for it, all from its metadata."""
+
+    n_ctx: int
+    n_ctx_train: int
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+    add_bos: bool
+    has_chatml_tokens: bool
+    architecture: str
+    n_params: int
+
+
+class Backend(ABC):
+    """One loaded model. ``generate`` streams chunks; closing the iterator early aborts the request."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    @abstractmethod
+    async def load(self, spec: LoadSpec) -> None:
+        """Load the model. Raises ModelLoadError when the file cannot be loaded."""
+
+    @property
+    @abstractmethod
+    def facts(self) -> ModelFacts:
+        """Facts about the loaded model; only valid after ``load``."""
+
+    @abstractmethod
+    def count_tokens(self, text: str, *, add_special: bool, parse_special: bool) -> int:
+        """How many tokens ``text`` becomes."""
+
+    @abstractmethod
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        """Stream the generation. Raises InvalidRequest subclasses before the first chunk for bad requests."""
+
+    @abstractmethod
+    async def unload(self) -> None:
+        """Stop generating, fail what is in flight, and free the model."""
+
+    @abstractmethod
+    def busy_slots(self) -> int:
+        """How many requests are being generated right now."""

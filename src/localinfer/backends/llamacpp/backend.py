@@ -1,0 +1,96 @@
+"""The llama.cpp backend: GGUF models through llama-cpp-python, served by one inference thread per model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import ClassVar
+
+import llama_cpp.llama_cpp as lc
+
+from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts
+from localinfer.backends.llamacpp.job import Job
+from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.backends.llamacpp.sampling import build_sampler, grammar_for
+from localinfer.backends.llamacpp.step_loop import StepLoop
+from localinfer.backends.text_stream import TextStream
+from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
+from localinfer.types import GenerationRequest, TokenChunk
+
+
+class LlamaCppBackend(Backend):
+    name: ClassVar[str] = "llamacpp"
+    capabilities: ClassVar[Capabilities] = Capabilities(formats=("gguf",), grammar=True, batching=True)
+
+    def __init__(self) -> None:
+        self._model: LlamaModel | None = None
+        self._loop: StepLoop | None = None
+        self._facts: ModelFacts | None = None
+
+    async def load(self, spec: LoadSpec) -> None:
+        model = await asyncio.to_thread(LlamaModel.load, spec)
+        self._facts = model.facts()
+        self._model = model
+        self._loop = StepLoop(model)
+        self._loop.start()
+
+    @property
+    def facts(self) -> ModelFacts:
+        if self._facts is None:
+            raise ModelNotReady("the model is not loaded yet")
+        return self._facts
+
+    def _loaded(self) -> tuple[LlamaModel, StepLoop]:
+        if self._model is None or self._loop is None:
+            raise ModelNotReady("the model is not loaded yet", hint="retry when GET /health answers 200")
+        return self._model, self._loop
+
+    def count_tokens(self, text: str, *, add_special: bool, parse_special: bool) -> int:
+        model, _ = self._loaded()
+        return len(model.tokenize(text, add_special=add_special, parse_special=parse_special))
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+        model, loop = self._loaded()
+        prompt = model.tokenize(
+            request.prompt, add_special=request.add_special, parse_special=request.parse_special
+        )
+        if not prompt:
+            raise InvalidRequest("the prompt is empty", param="prompt")
+        if len(prompt) >= model.n_ctx:
+            raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx)
+        options = request.options
+        grammar = grammar_for(options.response_format)
+        sampler = build_sampler(model.vocab, lc.llama_vocab_n_tokens(model.vocab), options.sampling, grammar)
+        chunks: asyncio.Queue[TokenChunk | BaseException] = asyncio.Queue()
+        event_loop = asyncio.get_running_loop()
+        job = Job(
+            request_id=request.request_id,
+            prompt=prompt,
+            sampler=sampler,
+            max_tokens=options.max_tokens,
+            ignore_eos=options.ignore_eos,
+            deliver=lambda item: event_loop.call_soon_threadsafe(chunks.put_nowait, item),
+            text=TextStream(options.stop),
+        )
+        loop.submit(job)
+        try:
+            while True:
+                item = await chunks.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    return
+        finally:
+            job.cancelled = True
+
+    async def unload(self) -> None:
+        if self._loop is not None:
+            await asyncio.to_thread(self._loop.stop)
+            self._loop = None
+        if self._model is not None:
+            self._model.free()
+            self._model = None
+
+    def busy_slots(self) -> int:
+        return self._loop.busy_slots() if self._loop is not None else 0

@@ -1,0 +1,78 @@
+"""One request's state while the inference thread works on it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import llama_cpp.llama_cpp as lc
+
+from localinfer.backends.text_stream import TextStream
+from localinfer.types import FinishReason, Timings, TokenChunk, Usage
+
+Delivery = Callable[[TokenChunk | BaseException], None]
+
+
+@dataclass(eq=False)
+class Job:
+    """A tokenized request, its sampler and where its chunks go. Touched only by the inference thread,
+    except ``cancelled``, which the requester sets when it goes away."""
+
+    request_id: str
+    prompt: list[int]
+    sampler: lc.llama_sampler_p
+    max_tokens: int | None
+    ignore_eos: bool
+    deliver: Delivery
+    text: TextStream
+    cancelled: bool = False
+    cached_tokens: int = 0
+    generated: int = 0
+    t_queued: float = field(default_factory=time.perf_counter)
+    t_prefill_start: float = 0.0
+    t_first_token: float = 0.0
+
+    def emit(self, text: str) -> None:
+        if text:
+            self.deliver(TokenChunk(text))
+
+    def finish(self, reason: FinishReason) -> None:
+        """Send the held-back text and the closing chunk with usage and timings."""
+        now = time.perf_counter()
+        first = self.t_first_token or now
+        timings = Timings(
+            prompt_ms=(first - self.t_prefill_start) * 1000.0,
+            predicted_ms=(now - first) * 1000.0,
+            prompt_n=len(self.prompt) - self.cached_tokens,
+            predicted_n=max(self.generated - 1, 0),
+        )
+        usage = Usage(len(self.prompt), self.generated, self.cached_tokens)
+        self.deliver(TokenChunk(self.text.flush(), finish_reason=reason, usage=usage, timings=timings))
+
+    def fail(self, error: BaseException) -> None:
+        self.deliver(error)
+
+
+@dataclass(eq=False)
+class Slot:
+    """One sequence of the context. ``cached`` mirrors the tokens whose keys and values are in its cache."""
+
+    seq_id: int
+    cached: list[int] = field(default_factory=list)
+    job: Job | None = None
+    to_prefill: list[int] = field(default_factory=list)
+    next_token: int | None = None
+    batch_index: int = -1
+
+    @property
+    def idle(self) -> bool:
+        return self.job is None
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

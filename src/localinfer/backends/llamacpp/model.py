@@ -1,0 +1,159 @@
+"""A thin, typed wrapper over llama.cpp's C API for one model and its context (through llama-cpp-python).
+
+Only the inference thread calls the context; tokenizing and metadata reads are safe from any thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp.llama_cpp as lc
+
+from localinfer.backends.base import LoadSpec, ModelFacts
+from localinfer.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+_backend_ready = False
+
+
+@lc.llama_log_callback  # type: ignore[untyped-decorator]
+def _route_llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    """llama.cpp logs go to Python logging (warnings and errors as such, the rest at DEBUG), never to fd 2."""
+    message = text.decode("utf-8", errors="replace").rstrip()
+    if message:
+        log.log({4: logging.ERROR, 3: logging.WARNING}.get(level, logging.DEBUG), message)
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        lc.llama_log_set(_route_llama_log, ctypes.c_void_p(0))
+        lc.llama_backend_init()
+        _backend_ready = True
+
+
+def default_threads() -> int:
+    """One thread per physical core: hyperthreads slow matrix work down."""
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+@dataclass
+class LlamaModel:
+    """A loaded model, its vocabulary and one context with ``n_seq_max`` sequences."""
+
+    model: lc.llama_model_p
+    vocab: lc.llama_vocab_p
+    ctx: lc.llama_context_p
+    n_ctx: int
+    n_batch: int
+    n_seq_max: int
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> LlamaModel:
+        """Load ``spec.path``. Raises ModelLoadError if the file is missing or llama.cpp rejects it."""
+        path = Path(spec.path)
+        if not path.is_file():
+            raise ModelLoadError(f"model file not found: {path}", hint="check the path, or 'localinfer ls'")
+        _init_backend()
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = spec.gpu_layers if spec.gpu_layers >= 0 else 999
+        model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            raise ModelLoadError(
+                f"llama.cpp could not load {path}: the file is corrupt, truncated or of an unsupported kind",
+                hint="pull the model again, or check that the file is a complete GGUF",
+            )
+        vocab = lc.llama_model_get_vocab(model)
+        n_ctx_train = int(lc.llama_model_n_ctx_train(model))
+        n_ctx = spec.ctx_size or min(n_ctx_train, spec.ctx_cap)
+        threads = spec.threads or default_threads()
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx * spec.parallel
+        cparams.n_batch = spec.batch_size
+        cparams.n_ubatch = spec.batch_size
+        cparams.n_seq_max = spec.parallel
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.kv_unified = True
+        cparams.no_perf = True
+        ctx = lc.llama_init_from_model(model, cparams)
+        if not ctx:
+            lc.llama_model_free(model)
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {n_ctx} tokens for {path}",
+                hint="try a smaller context with --ctx-size",
+            )
+        log.info("loaded %s: ctx %d x %d slots, %d threads", path.name, n_ctx, spec.parallel, threads)
+        return cls(model, vocab, ctx, n_ctx, spec.batch_size, spec.parallel)
+
+    def free(self) -> None:
+        if self.ctx:
+            lc.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            lc.llama_model_free(self.model)
+            self.model = None
+
+    # --- vocabulary -------------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (lc.llama_token * capacity)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (lc.llama_token * capacity)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self.vocab, token))
+
+    # --- metadata ---------------------------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
+        if n < 0:
+            return None
+        if n >= 256:
+            buf = ctypes.create_string_buffer(n + 1)
+            lc.llama_model_meta_val_str(self.model, key.encode(), buf, n + 1)
+        return buf.value.decode("utf-8", errors="replace")
+
+    def facts(self) -> ModelFacts:
+        template = lc.llama_model_chat_template(self.model, None)
+        bos = lc.llama_vocab_bos(self.vocab)
+        eos = lc.llama_vocab_eos(self.vocab)
+        chatml = self.tokenize("<|im_start|>", add_special=False, parse_special=True)
+        return ModelFacts(
+            n_ctx=self.n_ctx,
+            n_ctx_train=int(lc.llama_model_n_ctx_train(self.model)),
+            chat_template=template.decode("utf-8", errors="replace") if template else None,
+            bos_token=self.token_bytes(bos, special=True).decode("utf-8", errors="replace")
+            if bos >= 0
+            else "",
+            eos_token=self.token_bytes(eos, special=True).decode("utf-8", errors="replace")
+            if eos >= 0
+            else "",
+            add_bos=bool(lc.llama_vocab_get_add_bos(self.vocab)),
+            has_chatml_tokens=len(chatml) == 1 and bool(lc.llama_vocab_is_control(self.vocab, chatml[0])),
+            architecture=self.meta("general.architecture") or "unknown",
+            n_params=int(lc.llama_model_n_params(self.model)),
+        )

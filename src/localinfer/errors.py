@@ -1,0 +1,79 @@
+"""One error tree for localinfer. Every error carries a message and a hint that tells the user what to do.
+
+The CLI prints ``message`` and ``hint`` on one line each; the server maps each class to a status and the
+dialect's error shape in one table (``app/server/errors.py``). Nobody matches on message text.
+"""
+
+from __future__ import annotations
+
+
+class LocalInferError(Exception):
+    """Base class: ``message`` says what went wrong, ``hint`` what to do about it."""
+
+    hint: str = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if hint is not None:
+            self.hint = hint
+
+
+class ConfigError(LocalInferError):
+    """Settings or command-line flags that cannot work together."""
+
+
+class ModelNotFound(LocalInferError):
+    """No registered model, file or package answers to ``model``."""
+
+    def __init__(self, model: str, *, hint: str | None = None) -> None:
+        super().__init__(
+            f"model '{model}' not found",
+            hint=hint or "run 'localinfer ls' to see the models here, or 'localinfer pull MODEL' to get one",
+        )
+        self.model = model
+
+
+class ModelLoadError(LocalInferError):
+    """A model file exists but the backend could not load it (corrupt, truncated, unsupported)."""
+
+
+class ModelNotReady(LocalInferError):
+    """The model is still loading; the request can be retried shortly."""
+
+
+class PullError(LocalInferError):
+    """A model could not be fetched or registered; nothing half-written is left behind."""
+
+
+class InvalidRequest(LocalInferError):
+    """A request the model cannot serve as asked. ``param`` names the offending field, if one does."""
+
+    def __init__(self, message: str, *, param: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.param = param
+
+
+class ContextLengthExceeded(InvalidRequest):
+    """The prompt does not fit in the model's context window."""
+
+    def __init__(self, *, n_prompt: int, n_ctx: int) -> None:
+        super().__init__(
+            f"the prompt has {n_prompt} tokens but the model's context holds {n_ctx}",
+            param="messages",
+            hint="shorten the prompt or serve the model with a larger context (--ctx-size)",
+        )
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
+
+
+class Unauthorized(LocalInferError):
+    """A missing or wrong API key."""
+
+
+class QueueFull(LocalInferError):
+    """Every slot is busy and the waiting queue is full; retry later."""
+
+
+class GenerationFailed(LocalInferError):
+    """The backend failed while generating (for example, llama_decode returned an error)."""

@@ -1,0 +1,269 @@
+"""The model store: one JSON manifest per model name, and content-addressed blobs, under one root folder.
+
+Layout under ``root`` (``settings.models_dir``)::
+
+    manifests/<name>.json     one per registered model (':' in a name is written as '+' in the filename)
+    blobs/sha256-<hex>        model files the store owns (pulled ones); files used in place live elsewhere
+    tmp/                      partial downloads; anything here is garbage once no pull is running
+
+Nothing is created on disk until something is registered or downloaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from localinfer.errors import ModelNotFound, PullError
+
+log = logging.getLogger(__name__)
+
+MANIFEST_SCHEMA = 1
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,127}$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One file of a model: where it is, how many bytes, and its sha256 (``None`` when never computed)."""
+
+    path: Path
+    size: int
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What the store knows about one model; ``source`` is its origin (``pypi:pkg==1.0``, ``file:/x``)."""
+
+    name: str
+    source: str
+    format: str
+    files: tuple[ModelFile, ...]
+    quantization: str | None
+    created: int
+    revision: str | None = None
+
+    @property
+    def path(self) -> Path:
+        """The model's main file (the one a backend loads)."""
+        return self.files[0].path
+
+    @property
+    def size(self) -> int:
+        """Bytes of all the model's files together."""
+        return sum(f.size for f in self.files)
+
+    def files_present(self) -> bool:
+        """True when every file exists with its recorded size."""
+        return all(_has_size(f.path, f.size) for f in self.files)
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` when it can be a model name, else raise PullError with a hint.
+
+    A name has 1 to 128 letters, digits, '.', '_', '-' or ':', and starts with a letter, digit or '_'.
+    """
+    if not _NAME_RE.match(name):
+        raise PullError(
+            f"'{name}' cannot be a model name",
+            hint="use up to 128 letters, digits, '.', '_', '-' or ':', not starting with '.', '-' or ':' "
+            "(e.g. --name my-model:q4)",
+        )
+    return name
+
+
+def is_valid_name(name: str) -> bool:
+    return bool(_NAME_RE.match(name))
+
+
+class ModelStore:
+    """Manifests and blobs under ``root``. Safe to construct anywhere: it touches the disk only when used."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def manifests_dir(self) -> Path:
+        return self.root / "manifests"
+
+    @property
+    def blobs_dir(self) -> Path:
+        return self.root / "blobs"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.root / "tmp"
+
+    def get(self, name: str) -> Manifest | None:
+        """The manifest registered as ``name``, or None (also for names that could never be registered).
+
+        A manifest file that cannot be read is logged and treated as absent.
+        """
+        if not is_valid_name(name):
+            return None
+        return self._read(self._manifest_path(name))
+
+    def list(self) -> list[Manifest]:
+        """Every registered manifest, sorted by name, including those whose files went missing."""
+        if not self.manifests_dir.is_dir():
+            return []
+        found = (self._read(p) for p in self.manifests_dir.glob("*.json"))
+        return sorted((m for m in found if m is not None), key=lambda m: m.name)
+
+    def register(self, manifest: Manifest) -> None:
+        """Write ``manifest`` as ``manifests/<name>.json``, replacing any earlier one, atomically.
+
+        Raises PullError when the name is not valid.
+        """
+        validate_name(manifest.name)
+        self.manifests_dir.mkdir(parents=True, exist_ok=True)
+        target = self._manifest_path(manifest.name)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with tmp.open("w", encoding="utf-8") as fh:
+                json.dump(self._to_json(manifest), fh, indent=2)
+                fh.write("\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        log.info("registered model %s -> %s", manifest.name, manifest.path)
+
+    def remove(self, name: str) -> None:
+        """Unregister ``name`` and delete its blobs that no other manifest uses; files used in place are kept.
+
+        Raises ModelNotFound when no such model is registered.
+        """
+        manifest = self.get(name)
+        if manifest is None:
+            raise ModelNotFound(name)
+        self._manifest_path(name).unlink(missing_ok=True)
+        still_used = {f.path for m in self.list() for f in m.files}
+        for f in manifest.files:
+            if f.path.parent == self.blobs_dir and f.path not in still_used:
+                f.path.unlink(missing_ok=True)
+        log.info("removed model %s", name)
+
+    def resolve(self, ref: str) -> Manifest:
+        """A registered name's manifest, or an unregistered one for an existing ``.gguf`` file used in place.
+
+        The in-place manifest is named after the file's stem, has source ``file:<absolute path>`` and no
+        sha256 or quantization (reading the file is the loader's job). Raises ModelNotFound otherwise.
+        """
+        manifest = self.get(ref)
+        if manifest is not None:
+            return manifest
+        path = Path(ref).expanduser()
+        if path.is_file():
+            if path.suffix.lower() != ".gguf":
+                raise ModelNotFound(ref, hint=f"{path} is not a .gguf file; localinfer loads GGUF models")
+            return local_manifest(path)
+        raise ModelNotFound(ref)
+
+    def blob_path(self, sha256: str) -> Path:
+        """Where the blob with this sha256 (64 lowercase hex digits) lives: ``blobs/sha256-<hex>``."""
+        if not _SHA256_RE.match(sha256):
+            raise ValueError(f"not a sha256 hex digest: {sha256!r}")
+        return self.blobs_dir / f"sha256-{sha256}"
+
+    @contextlib.contextmanager
+    def partial_file(self) -> Iterator[Path]:
+        """Yield a fresh path under ``tmp/`` (not yet created) for a download in progress.
+
+        Whatever is left at that path when the block ends (it raised, or the file was not moved away)
+        is deleted.
+        """
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        path = self.tmp_dir / f"partial-{uuid.uuid4().hex}"
+        try:
+            yield path
+        finally:
+            path.unlink(missing_ok=True)
+
+    # -- manifest files ---------------------------------------------------------------------------------
+
+    def _manifest_path(self, name: str) -> Path:
+        return self.manifests_dir / (name.replace(":", "+") + ".json")
+
+    def _to_json(self, manifest: Manifest) -> dict[str, Any]:
+        return {
+            "schema": MANIFEST_SCHEMA,
+            "name": manifest.name,
+            "source": manifest.source,
+            "format": manifest.format,
+            "files": [{"path": self._store_path(f.path), "size": f.size, "sha256": f.sha256} for f in manifest.files],
+            "quantization": manifest.quantization,
+            "created": manifest.created,
+            "revision": manifest.revision,
+        }
+
+    def _read(self, path: Path) -> Manifest | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable manifest %s: %s", path, exc)
+            return None
+        try:
+            files = tuple(
+                ModelFile(path=self._load_path(f["path"]), size=int(f["size"]), sha256=f.get("sha256"))
+                for f in data["files"]
+            )
+            if not files:
+                raise ValueError("no files")
+            return Manifest(
+                name=str(data["name"]),
+                source=str(data["source"]),
+                format=str(data.get("format", "gguf")),
+                files=files,
+                quantization=data.get("quantization"),
+                created=int(data.get("created", 0)),
+                revision=data.get("revision"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("ignoring malformed manifest %s: %s", path, exc)
+            return None
+
+    def _store_path(self, path: Path) -> str:
+        """Paths inside the store are kept relative to it, so the store can be moved as a whole."""
+        path = Path(path)
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+    def _load_path(self, text: str) -> Path:
+        path = Path(text)
+        return path if path.is_absolute() else self.root / path
+
+
+def local_manifest(path: Path, *, name: str | None = None, sha256: str | None = None) -> Manifest:
+    """A manifest for a file used in place: named after its stem (a link's own name, not its target's)."""
+    given_stem = path.stem
+    path = path.expanduser().resolve()
+    return Manifest(
+        name=name or given_stem,
+        source=f"file:{path}",
+        format="gguf",
+        files=(ModelFile(path=path, size=path.stat().st_size, sha256=sha256),),
+        quantization=None,
+        created=int(path.stat().st_mtime),
+    )
+
+
+def _has_size(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size == size
+    except OSError:
+        return False

@@ -1,0 +1,24 @@
+"""Progress events: pull, convert, quantize and load all report through one small protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """``status`` says what is happening; ``completed``/``total`` count bytes (or steps) when known."""
+
+    status: str
+    total: int | None = None
+    completed: int | None = None
+    digest: str | None = None
+
+
+class ProgressSink(Protocol):
+    def __call__(self, event: ProgressEvent) -> None: ...
+
+
+def ignore_progress(event: ProgressEvent) -> None:
+    """A sink that drops every event (quiet mode)."""

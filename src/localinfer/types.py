@@ -1,0 +1,135 @@
+"""Engine-neutral request and response types, shared by the server, the engine and the backends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is chosen. ``temperature == 0`` means greedy decoding."""
+
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """``text`` (free), ``json_object`` (any JSON object) or ``json_schema`` (JSON matching ``schema``)."""
+
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    schema: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """What every generation takes, whatever the prompt's shape."""
+
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    response_format: ResponseFormat = field(default_factory=ResponseFormat)
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: tuple[ChatMessage, ...]
+    options: GenerationOptions = field(default_factory=GenerationOptions)
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    model: str
+    prompt: str
+    options: GenerationOptions = field(default_factory=GenerationOptions)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What a backend runs: a rendered prompt, how to sample, and when to stop.
+
+    ``grammar`` is GBNF text that constrains the output. ``add_special`` lets the tokenizer add BOS when the
+    model wants one; ``parse_special`` lets control tokens written in the prompt (``<|im_start|>``) be tokens.
+    """
+
+    request_id: str
+    prompt: str
+    options: GenerationOptions
+    grammar: str | None = None
+    add_special: bool = True
+    parse_special: bool = True
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Per-request timings, in the spirit of llama-server's ``timings``."""
+
+    prompt_ms: float
+    predicted_ms: float
+    prompt_n: int
+    predicted_n: int
+
+    @property
+    def prompt_per_second(self) -> float:
+        return self.prompt_n * 1000.0 / self.prompt_ms if self.prompt_ms > 0 else 0.0
+
+    @property
+    def predicted_per_second(self) -> float:
+        return self.predicted_n * 1000.0 / self.predicted_ms if self.predicted_ms > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """A piece of generated text. The last chunk of a generation has ``finish_reason``, ``usage`` and ``timings``."""
+
+    text: str
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    timings: Timings | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    path: str
+    size_bytes: int
+    quantization: str | None = None
+    source: str | None = None
+    loaded: bool = False
+    created: int = 0

@@ -1,0 +1,89 @@
+"""A real ``localinfer serve`` in a subprocess on 127.0.0.1, driven by the official openai client."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from localinfer.models.store import Manifest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start_server(model: str, home: Path, log_dir: Path, *extra: str, timeout: float = 60.0) -> Server:
+    """Start ``localinfer serve MODEL`` with ``home`` and wait until /health answers 200."""
+    port = free_port()
+    log = log_dir / f"server-{port}.log"
+    env = {**os.environ, "LOCALINFER_HOME": str(home), "LOCALINFER_CONFIG": str(log_dir / "no-config.toml")}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "localinfer.app.cli", "serve", model, "--port", str(port), *extra],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    server = Server(f"http://127.0.0.1:{port}", process, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{server.output()}")
+        try:
+            if httpx.get(f"{server.url}/health", timeout=1).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    stop_server(server)
+    raise RuntimeError(f"server did not become ready:\n{server.output()}")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """SmolLM2 served by its registered name, with a 2048-token context."""
+    server = start_server(smollm2.name, test_home, tmp_path_factory.mktemp("serve-smollm2"), "--ctx-size", "2048")
+    yield server
+    stop_server(server)
+
+
+@pytest.fixture(scope="session")
+def client(smollm2_server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{smollm2_server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def model_name(smollm2: Manifest) -> str:
+    return smollm2.name

@@ -1,0 +1,106 @@
+"""Text completions through a real server: SmolLM2 with the openai client, and Gemma 3 270M."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+from tests.app.server.conftest import Server, start_server, stop_server
+
+from localinfer.models.store import Manifest
+
+pytestmark = pytest.mark.model
+
+PROMPT = "The capital of France is Paris. The capital of Germany is"
+
+
+def test_multi_token_prompt_decodes(client: openai.OpenAI, model_name: str) -> None:
+    """A prompt of many tokens goes through one batched decode (the AMX miscompile crashed exactly here)."""
+    reply = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=8, temperature=0)
+    assert reply.usage is not None and reply.usage.prompt_tokens > 10
+    assert reply.choices[0].text.strip()
+
+
+def test_completion_continues_the_prompt(client: openai.OpenAI, model_name: str) -> None:
+    reply = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=4, temperature=0)
+    assert reply.object == "text_completion"
+    assert "Berlin" in reply.choices[0].text
+
+
+def test_completion_max_tokens_defaults_to_16(client: openai.OpenAI, model_name: str) -> None:
+    reply = client.completions.create(
+        model=model_name, prompt="Once upon a time", temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert reply.usage is not None and reply.usage.completion_tokens == 16
+    assert reply.choices[0].finish_reason == "length"
+
+
+def test_completion_echo_prefixes_the_prompt(client: openai.OpenAI, model_name: str) -> None:
+    reply = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=4, temperature=0, echo=True)
+    assert reply.choices[0].text.startswith(PROMPT)
+    assert len(reply.choices[0].text) > len(PROMPT)
+
+
+def test_completion_list_prompt_gives_one_choice_each(client: openai.OpenAI, model_name: str) -> None:
+    prompts = ["One, two, three,", "Monday, Tuesday,"]
+    reply = client.completions.create(model=model_name, prompt=prompts, max_tokens=4, temperature=0)
+    assert [c.index for c in reply.choices] == [0, 1]
+    singles = [
+        client.completions.create(model=model_name, prompt=p, max_tokens=4, temperature=0).choices[0].text
+        for p in prompts
+    ]
+    assert [c.text for c in reply.choices] == singles
+
+
+def test_completion_stream_matches_non_streamed(client: openai.OpenAI, model_name: str) -> None:
+    whole = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=12, temperature=0)
+    chunks = list(client.completions.create(model=model_name, prompt=PROMPT, max_tokens=12, temperature=0, stream=True))
+    assert all(c.object == "text_completion" for c in chunks)
+    assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+
+
+def test_completion_stop_string_is_not_in_the_text(client: openai.OpenAI, model_name: str) -> None:
+    reply = client.completions.create(model=model_name, prompt="1, 2, 3, 4,", max_tokens=20, temperature=0, stop=[" 7"])
+    assert reply.choices[0].finish_reason == "stop"
+    assert " 7" not in reply.choices[0].text
+    assert "6" in reply.choices[0].text
+
+
+@pytest.fixture(scope="module")
+def gemma_server(gemma3: Manifest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Gemma served from a path outside any store (a link named like a user's download), used in place."""
+    folder = tmp_path_factory.mktemp("serve-gemma")
+    link = folder / "gemma-3-270m-q4_k_m.gguf"
+    link.symlink_to(gemma3.path)
+    server = start_server(str(link), folder / "empty-home", folder, "--ctx-size", "2048")
+    yield server
+    stop_server(server)
+
+
+def test_gemma3_270m_served_from_a_path_is_named_after_the_file(gemma_server: Server) -> None:
+    client = openai.OpenAI(base_url=f"{gemma_server.url}/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list()] == ["gemma-3-270m-q4_k_m"]
+    assert not (gemma_server.log.parent / "empty-home" / "models" / "blobs").exists()  # nothing was copied
+
+
+def test_gemma3_270m_completes_through_completions(gemma_server: Server) -> None:
+    client = openai.OpenAI(base_url=f"{gemma_server.url}/v1", api_key="unused", max_retries=0)
+    reply = client.completions.create(model="gemma-3-270m-q4_k_m", prompt=PROMPT, max_tokens=8, temperature=0)
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+    assert "Berlin" in reply.choices[0].text
+
+
+def test_gemma3_base_model_chat_falls_back_to_a_transcript(gemma_server: Server) -> None:
+    """Gemma 3 270M has no chat template: the fallback still gives a non-empty reply that ends at a turn."""
+    client = openai.OpenAI(base_url=f"{gemma_server.url}/v1", api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(
+        model="gemma-3-270m-q4_k_m",
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=30,
+        temperature=0,
+    )
+    text = reply.choices[0].message.content or ""
+    assert text.strip()
+    assert "User:" not in text

