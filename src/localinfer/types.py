@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -133,3 +134,7 @@ class ModelInfo:
     source: str | None = None
     loaded: bool = False
     created: int = 0
+
+
+TokenStream = AsyncGenerator[TokenChunk, None]
+"""A generation's chunks. Closing the stream early (``aclose``) aborts the generation."""

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from localinfer.types import GenerationRequest, TokenChunk
+from localinfer.types import GenerationRequest, TokenStream
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ class Backend(ABC):
         """How many tokens ``text`` becomes."""
 
     @abstractmethod
-    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+    def generate(self, request: GenerationRequest) -> TokenStream:
         """Stream the generation. Raises InvalidRequest subclasses before the first chunk for bad requests."""
 
     @abstractmethod

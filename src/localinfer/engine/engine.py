@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,7 +20,7 @@ from localinfer.config import Settings
 from localinfer.engine.templates import ChatTemplate
 from localinfer.errors import LocalInferError, ModelNotReady
 from localinfer.models.store import Manifest, ModelStore
-from localinfer.types import ChatRequest, CompletionRequest, GenerationRequest, ModelInfo, TokenChunk
+from localinfer.types import ChatRequest, CompletionRequest, GenerationRequest, ModelInfo, TokenStream
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class Engine:
             for m in sorted(infos.values(), key=lambda m: m.name)
         ]
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[TokenChunk]:
+    async def chat(self, request: ChatRequest) -> TokenStream:
         runner = await self.runner(request.model)
         if runner.template is None:
             raise ModelNotReady(f"model '{request.model}' is still loading")
@@ -128,7 +128,7 @@ class Engine:
         async for chunk in runner.backend.generate(generation):
             yield chunk
 
-    async def complete(self, request: CompletionRequest) -> AsyncIterator[TokenChunk]:
+    async def complete(self, request: CompletionRequest) -> TokenStream:
         runner = await self.runner(request.model)
         generation = GenerationRequest(request_id=_new_id(), prompt=request.prompt, options=request.options)
         async for chunk in runner.backend.generate(generation):

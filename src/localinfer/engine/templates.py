@@ -52,6 +52,7 @@ class ChatTemplate:
 
     def __init__(self, facts: ModelFacts) -> None:
         self._facts = facts
+        self._stop: tuple[str, ...]
         if facts.chat_template:
             source, self.kind, self._stop = facts.chat_template, "model", ()
         elif facts.has_chatml_tokens:

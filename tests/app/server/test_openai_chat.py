@@ -8,11 +8,12 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from tests.app.server.conftest import Server
 
 pytestmark = pytest.mark.model
 
-HELLO = [{"role": "user", "content": "Say hello in one short sentence."}]
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello in one short sentence."}]
 
 
 def test_chat_non_streamed_returns_assistant_text_and_usage(client: openai.OpenAI, model_name: str) -> None:
@@ -91,7 +92,9 @@ def test_max_completion_tokens_is_preferred_over_max_tokens(client: openai.OpenA
 
 
 def test_stop_string_ends_the_reply_before_it(client: openai.OpenAI, model_name: str) -> None:
-    messages = [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "Count from 1 to 10, separated by commas."}
+    ]
     free = client.chat.completions.create(model=model_name, messages=messages, max_tokens=40, temperature=0)
     full = free.choices[0].message.content or ""
     assert "5" in full, full
@@ -103,14 +106,14 @@ def test_stop_string_ends_the_reply_before_it(client: openai.OpenAI, model_name:
 
 
 def test_greedy_decoding_gives_the_same_text_twice(client: openai.OpenAI, model_name: str) -> None:
-    messages = [{"role": "user", "content": "Name three colours."}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
     first = client.chat.completions.create(model=model_name, messages=messages, max_tokens=30, temperature=0)
     second = client.chat.completions.create(model=model_name, messages=messages, max_tokens=30, temperature=0)
     assert first.choices[0].message.content == second.choices[0].message.content
 
 
 def test_same_seed_gives_the_same_sampled_text(client: openai.OpenAI, model_name: str) -> None:
-    messages = [{"role": "user", "content": "Invent a name for a cat."}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Invent a name for a cat."}]
     texts = {
         client.chat.completions.create(model=model_name, messages=messages, max_tokens=16, temperature=1.0, seed=1234)
         .choices[0]

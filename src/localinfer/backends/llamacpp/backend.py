@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import ClassVar
 
 import llama_cpp.llama_cpp as lc
@@ -15,7 +14,7 @@ from localinfer.backends.llamacpp.sampling import build_sampler, grammar_for
 from localinfer.backends.llamacpp.step_loop import StepLoop
 from localinfer.backends.text_stream import TextStream
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
-from localinfer.types import GenerationRequest, TokenChunk
+from localinfer.types import GenerationRequest, TokenChunk, TokenStream
 
 
 class LlamaCppBackend(Backend):
@@ -49,7 +48,7 @@ class LlamaCppBackend(Backend):
         model, _ = self._loaded()
         return len(model.tokenize(text, add_special=add_special, parse_special=parse_special))
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenChunk]:
+    async def generate(self, request: GenerationRequest) -> TokenStream:
         model, loop = self._loaded()
         prompt = model.tokenize(
             request.prompt, add_special=request.add_special, parse_special=request.parse_special
@@ -63,13 +62,17 @@ class LlamaCppBackend(Backend):
         sampler = build_sampler(model.vocab, lc.llama_vocab_n_tokens(model.vocab), options.sampling, grammar)
         chunks: asyncio.Queue[TokenChunk | BaseException] = asyncio.Queue()
         event_loop = asyncio.get_running_loop()
+
+        def deliver(item: TokenChunk | BaseException) -> None:  # called on the inference thread
+            event_loop.call_soon_threadsafe(chunks.put_nowait, item)
+
         job = Job(
             request_id=request.request_id,
             prompt=prompt,
             sampler=sampler,
             max_tokens=options.max_tokens,
             ignore_eos=options.ignore_eos,
-            deliver=lambda item: event_loop.call_soon_threadsafe(chunks.put_nowait, item),
+            deliver=deliver,
             text=TextStream(options.stop),
         )
         loop.submit(job)

@@ -48,9 +48,9 @@ def default_threads() -> int:
 class LlamaModel:
     """A loaded model, its vocabulary and one context with ``n_seq_max`` sequences."""
 
-    model: lc.llama_model_p
+    model: lc.llama_model_p | None
     vocab: lc.llama_vocab_p
-    ctx: lc.llama_context_p
+    ctx: lc.llama_context_p | None
     n_ctx: int
     n_batch: int
     n_seq_max: int

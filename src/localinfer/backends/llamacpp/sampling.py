@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import llama_cpp.llama_cpp as lc
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
@@ -21,7 +22,7 @@ def grammar_for(response_format: ResponseFormat) -> str | None:
     if response_format.type == "json_schema":
         schema = response_format.schema or {}
         try:
-            return json_schema_to_gbnf(json.dumps(schema))
+            return cast(str, json_schema_to_gbnf(json.dumps(schema)))
         except Exception as exc:  # the converter raises plain exceptions of several kinds
             raise InvalidRequest(
                 f"the JSON schema cannot be enforced: {exc}", param="response_format.json_schema.schema"
@@ -59,7 +60,7 @@ def build_sampler(
         )
     if params.temperature <= 0:
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
-        return chain
+        return cast(lc.llama_sampler_p, chain)
     if params.top_k > 0:
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(params.top_k))
     if params.top_p < 1.0:
@@ -69,4 +70,4 @@ def build_sampler(
     lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(params.temperature))
     seed = lc.LLAMA_DEFAULT_SEED if params.seed is None else params.seed & 0xFFFFFFFF
     lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed))
-    return chain
+    return cast(lc.llama_sampler_p, chain)

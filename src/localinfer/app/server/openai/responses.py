@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from localinfer.app.server.errors import openai_error
 from localinfer.errors import LocalInferError
-from localinfer.types import TokenChunk, Usage
+from localinfer.types import TokenChunk, TokenStream, Usage
 
 
 def usage_body(usage: Usage | None) -> dict[str, Any] | None:
@@ -48,7 +48,7 @@ class Collected:
     last: TokenChunk = field(default_factory=lambda: TokenChunk(""))
 
 
-async def collect(chunks: AsyncIterator[TokenChunk]) -> Collected:
+async def collect(chunks: TokenStream) -> Collected:
     result = Collected()
     parts: list[str] = []
     async with aclosing(chunks):
@@ -96,7 +96,7 @@ class ChoiceShape(Protocol):
 
 
 async def sse_stream(
-    streams: list[AsyncIterator[TokenChunk]], header: StreamHeader, shape: ChoiceShape, include_usage: bool
+    streams: list[TokenStream], header: StreamHeader, shape: ChoiceShape, include_usage: bool
 ) -> AsyncIterator[str]:
     """Server-sent events for one or more generations (one per choice index), ending with ``[DONE]``.
 

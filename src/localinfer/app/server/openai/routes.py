@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -19,7 +18,7 @@ from localinfer.app.server.openai.responses import (
 from localinfer.app.server.openai.wire import ChatCompletionBody, CompletionBody
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
-from localinfer.types import TokenChunk, Usage
+from localinfer.types import TokenStream, Usage
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -30,11 +29,11 @@ def _engine(request: Request) -> Engine:
     return engine
 
 
-async def _primed(stream: AsyncIterator[TokenChunk]) -> AsyncIterator[TokenChunk]:
+async def _primed(stream: TokenStream) -> TokenStream:
     """Run ``stream`` up to its first chunk now, so that a bad request fails before any byte is sent."""
     first = await anext(stream)
 
-    async def replay() -> AsyncIterator[TokenChunk]:
+    async def replay() -> TokenStream:
         try:
             yield first
             async for chunk in stream:

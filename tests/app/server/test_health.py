@@ -1,0 +1,71 @@
+"""/health follows the engine: 503 while a model loads, 200 once it is ready.
+
+The backend here is a stand-in whose load waits for the test, so the loading window can be observed; the
+real model's readiness is what every other server test waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+
+from localinfer.app.server.app import create_app
+from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts
+from localinfer.config import Settings
+from localinfer.engine.engine import Engine
+from localinfer.models.store import ModelStore, local_manifest
+from localinfer.types import GenerationRequest, TokenStream
+
+
+class SlowLoadingBackend(Backend):
+    name = "slow"
+    capabilities = Capabilities(formats=("gguf",))
+
+    def __init__(self, release: asyncio.Event) -> None:
+        self._release = release
+
+    async def load(self, spec: LoadSpec) -> None:
+        await self._release.wait()
+
+    @property
+    def facts(self) -> ModelFacts:
+        return ModelFacts(2048, 2048, None, "", "", False, False, "test", 0)
+
+    def count_tokens(self, text: str, *, add_special: bool, parse_special: bool) -> int:
+        return len(text.split())
+
+    async def generate(self, request: GenerationRequest) -> TokenStream:
+        raise AssertionError("not used")
+        yield  # pragma: no cover
+
+    async def unload(self) -> None:
+        return None
+
+    def busy_slots(self) -> int:
+        return 0
+
+
+def test_health_is_503_while_the_model_loads_and_200_once_ready(tmp_path: Path) -> None:
+    model_file = tmp_path / "m.gguf"
+    model_file.write_bytes(b"GGUF")
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+        settings = Settings(home=tmp_path)
+        engine = Engine(settings, ModelStore(settings.models_dir), lambda: SlowLoadingBackend(release))
+        app = create_app(engine)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            engine.preload(local_manifest(model_file))
+            loading = await client.get("/health")
+            assert loading.status_code == 503
+            assert loading.json()["status"] == "loading model"
+            release.set()
+            for _ in range(100):
+                await asyncio.sleep(0)
+            ready = await client.get("/health")
+            assert ready.status_code == 200
+            assert ready.json()["status"] == "ok"
+
+    asyncio.run(scenario())
