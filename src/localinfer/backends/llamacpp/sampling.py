@@ -60,7 +60,7 @@ def build_sampler(
         )
     if params.temperature <= 0:
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
-        return cast(lc.llama_sampler_p, chain)
+        return cast("lc.llama_sampler_p", chain)
     if params.top_k > 0:
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(params.top_k))
     if params.top_p < 1.0:
@@ -70,4 +70,4 @@ def build_sampler(
     lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(params.temperature))
     seed = lc.LLAMA_DEFAULT_SEED if params.seed is None else params.seed & 0xFFFFFFFF
     lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed))
-    return cast(lc.llama_sampler_p, chain)
+    return cast("lc.llama_sampler_p", chain)

@@ -1,0 +1,250 @@
+"""Helpers shared by the benchmark scripts: the llama.cpp build, server processes and streamed requests.
+
+Only the standard library and httpx, so the scripts run with the project's dev virtualenv and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+HOST = "127.0.0.1"
+
+
+class BenchError(RuntimeError):
+    """A benchmark step failed; the message says which and why."""
+
+
+def llama_cpp_bin(explicit: Path | None) -> Path:
+    """The folder with llama-server and llama-bench: the one given, else bench/build-llama-cpp's output."""
+    if explicit is not None:
+        folder = explicit
+    else:
+        proc = subprocess.run(
+            ["bash", str(BENCH_DIR / "build-llama-cpp")], stdout=subprocess.PIPE, text=True, check=False
+        )
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            raise BenchError(f"bench/build-llama-cpp failed (exit {proc.returncode})")
+        folder = Path(lines[-1])
+    for tool in ("llama-server", "llama-bench"):
+        if not os.access(folder / tool, os.X_OK):
+            raise BenchError(f"{folder / tool} is missing or not executable")
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "logical_cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def tail(path: Path, limit: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return ""
+
+
+class ManagedServer:
+    """A server child process in its own process group, bound to 127.0.0.1, always stopped on exit.
+
+    `cmd` must make the server listen on `port`; the server is ready when `GET /health` answers 200.
+    """
+
+    def __init__(
+        self, name: str, cmd: Sequence[str], port: int, log_path: Path, startup_timeout: float = 180.0
+    ) -> None:
+        self.name = name
+        self.cmd = list(cmd)
+        self.port = port
+        self.base_url = f"http://{HOST}:{port}"
+        self.startup_timeout = startup_timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.log_path = log_path
+
+    def __enter__(self) -> ManagedServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()  # __exit__ does not run when __enter__ raises
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(
+                self.cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so stop() reaches its children too
+            )
+        deadline = time.monotonic() + self.startup_timeout
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                code = self._proc.poll()
+                if code is not None:
+                    raise BenchError(
+                        f"{self.name} exited with {code} before it was ready; log tail:\n{tail(self.log_path)}"
+                    )
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get(f"{self.base_url}/health").status_code == 200:
+                        return
+                if time.monotonic() > deadline:
+                    raise BenchError(
+                        f"{self.name} not ready after {self.startup_timeout:.0f} s; log tail:\n{tail(self.log_path)}"
+                    )
+                time.sleep(0.2)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it after `grace` seconds; waits for the child either way."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            # The leader is gone; make sure nothing else it started in the group lives on.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            return
+        print(f"warning: {self.name} (pid {proc.pid}) did not exit after SIGKILL", file=sys.stderr)
+
+    def model_id(self, fallback: str) -> str:
+        """The first id from GET /v1/models, else `fallback`."""
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            resp = httpx.get(f"{self.base_url}/v1/models", timeout=10.0)
+            if resp.status_code == 200:
+                return str(resp.json()["data"][0]["id"])
+        return fallback
+
+
+@dataclass
+class StreamStats:
+    """One streamed completion, timed on the client side."""
+
+    ttft_s: float  # request sent -> first chunk carrying text
+    decode_s: float  # first -> last chunk carrying text
+    text_chunks: int
+    usage_tokens: int | None  # usage.completion_tokens when the server sent it
+    finish_reason: str | None
+    server_timings: dict[str, Any] | None = None  # llama-server's own `timings`, when present
+    text: str = field(default="", repr=False)
+
+    @property
+    def tokens(self) -> int:
+        return self.usage_tokens if self.usage_tokens is not None else self.text_chunks
+
+    @property
+    def decode_tps(self) -> float:
+        """Tokens after the first divided by the time from the first to the last streamed token."""
+        if self.tokens < 2 or self.decode_s <= 0:
+            return 0.0
+        return (self.tokens - 1) / self.decode_s
+
+
+def _sse_events(lines: Iterator[str]) -> Iterator[tuple[float, str]]:
+    for line in lines:
+        now = time.perf_counter()
+        if line.startswith("data:"):
+            yield now, line[5:].strip()
+
+
+def stream_completion(client: httpx.Client, base_url: str, body: dict[str, Any], timeout: float = 600.0) -> StreamStats:
+    """POST a streaming /v1/completions request and time the chunks as they arrive."""
+    body = {**body, "stream": True}
+    times: list[float] = []
+    parts: list[str] = []
+    usage_tokens: int | None = None
+    finish_reason: str | None = None
+    timings: dict[str, Any] | None = None
+    sent = time.perf_counter()
+    with client.stream("POST", f"{base_url}/v1/completions", json=body, timeout=timeout) as resp:
+        if resp.status_code != 200:
+            resp.read()
+            raise BenchError(f"POST /v1/completions -> {resp.status_code}: {resp.text[:500]}")
+        for now, data in _sse_events(resp.iter_lines()):
+            if data == "[DONE]":
+                break
+            event = json.loads(data)
+            if "error" in event:
+                raise BenchError(f"error event in stream: {event['error']}")
+            usage = event.get("usage")
+            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+                usage_tokens = int(usage["completion_tokens"])
+            if isinstance(event.get("timings"), dict):
+                timings = event["timings"]
+            for choice in event.get("choices") or []:
+                text = choice.get("text") or ""
+                if text:
+                    times.append(now)
+                    parts.append(text)
+                if choice.get("finish_reason"):
+                    finish_reason = str(choice["finish_reason"])
+    if not times:
+        raise BenchError("the stream carried no text")
+    return StreamStats(
+        ttft_s=times[0] - sent,
+        decode_s=times[-1] - times[0],
+        text_chunks=len(times),
+        usage_tokens=usage_tokens,
+        finish_reason=finish_reason,
+        server_timings=timings,
+        text="".join(parts),
+    )
+
+
+def install_sigterm_handler() -> None:
+    """Turn SIGTERM into SystemExit so `finally` blocks and context managers stop the servers."""
+
+    def _raise(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _raise)
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    tmp.replace(path)
