@@ -37,9 +37,7 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=default_home, description="Where models and manifests are kept.")
     host: str = Field("127.0.0.1", description="Address the server binds.")
     port: int = Field(8080, ge=0, le=65535, description="Port the server listens on.")
-    api_key: SecretStr | None = Field(
-        None, description="When set, every route but /health needs this bearer key."
-    )
+    api_key: SecretStr | None = Field(None, description="When set, every route but /health needs this bearer key.")
     model: str = Field(STARTER_MODEL, description="Model served when none is named.")
     starter_source: str = Field(STARTER_SOURCE, description="Where the starter model is pulled from.")
     ctx_size: int = Field(

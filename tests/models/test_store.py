@@ -205,3 +205,11 @@ def test_partial_file_moved_away_survives(tmp_path: Path) -> None:
 def test_partial_file_is_inside_the_store_tmp_folder(tmp_path: Path) -> None:
     with ModelStore(tmp_path).partial_file() as partial:
         assert partial.parent == tmp_path / "tmp"
+
+
+def test_resolve_serves_a_gguf_without_the_suffix_in_place(tmp_path: Path, make_gguf: MakeGGUF) -> None:
+    """Blobs in other tools' stores (Ollama's sha256-… files) are GGUFs without a .gguf suffix."""
+    blob = make_gguf("sha256-0123")
+    manifest = ModelStore(tmp_path / "store").resolve(str(blob))
+    assert manifest.path == blob.resolve()
+    assert manifest.name == "sha256-0123"

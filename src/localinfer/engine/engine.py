@@ -39,9 +39,7 @@ class Runner:
 
 
 class Engine:
-    def __init__(
-        self, settings: Settings, store: ModelStore, backend_factory: BackendFactory = LlamaCppBackend
-    ):
+    def __init__(self, settings: Settings, store: ModelStore, backend_factory: BackendFactory = LlamaCppBackend):
         self._settings = settings
         self._store = store
         self._backend_factory = backend_factory

@@ -66,9 +66,7 @@ class ChatTemplate:
         try:
             self._template = env.from_string(source)
         except jinja2.TemplateError as exc:
-            self._template = env.from_string(
-                CHATML_TEMPLATE if facts.has_chatml_tokens else TRANSCRIPT_TEMPLATE
-            )
+            self._template = env.from_string(CHATML_TEMPLATE if facts.has_chatml_tokens else TRANSCRIPT_TEMPLATE)
             self.kind = f"fallback (the model's template does not parse: {exc})"
 
     def render(self, messages: tuple[ChatMessage, ...]) -> RenderedPrompt:

@@ -165,8 +165,8 @@ class ModelStore:
             return manifest
         path = Path(ref).expanduser()
         if path.is_file():
-            if path.suffix.lower() != ".gguf":
-                raise ModelNotFound(ref, hint=f"{path} is not a .gguf file; localinfer loads GGUF models")
+            if not _is_gguf(path):
+                raise ModelNotFound(ref, hint=f"{path} is not a GGUF file; localinfer loads GGUF models")
             return local_manifest(path)
         raise ModelNotFound(ref)
 
@@ -260,6 +260,15 @@ def local_manifest(path: Path, *, name: str | None = None, sha256: str | None = 
         quantization=None,
         created=int(path.stat().st_mtime),
     )
+
+
+def _is_gguf(path: Path) -> bool:
+    """Whether the file starts with GGUF's magic (blobs such as Ollama's have no .gguf suffix)."""
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
 
 
 def _has_size(path: Path, size: int) -> bool:

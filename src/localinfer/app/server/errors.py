@@ -48,9 +48,7 @@ def user_message(exc: LocalInferError) -> str:
     return f"{exc.message}; {exc.hint}" if exc.hint else exc.message
 
 
-def openai_error_body(
-    message: str, kind: str, *, param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
+def openai_error_body(message: str, kind: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 

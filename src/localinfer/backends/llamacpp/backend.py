@@ -50,9 +50,7 @@ class LlamaCppBackend(Backend):
 
     async def generate(self, request: GenerationRequest) -> TokenStream:
         model, loop = self._loaded()
-        prompt = model.tokenize(
-            request.prompt, add_special=request.add_special, parse_special=request.parse_special
-        )
+        prompt = model.tokenize(request.prompt, add_special=request.add_special, parse_special=request.parse_special)
         if not prompt:
             raise InvalidRequest("the prompt is empty", param="prompt")
         if len(prompt) >= model.n_ctx:

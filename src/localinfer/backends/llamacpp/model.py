@@ -146,12 +146,8 @@ class LlamaModel:
             n_ctx=self.n_ctx,
             n_ctx_train=int(lc.llama_model_n_ctx_train(self.model)),
             chat_template=template.decode("utf-8", errors="replace") if template else None,
-            bos_token=self.token_bytes(bos, special=True).decode("utf-8", errors="replace")
-            if bos >= 0
-            else "",
-            eos_token=self.token_bytes(eos, special=True).decode("utf-8", errors="replace")
-            if eos >= 0
-            else "",
+            bos_token=self.token_bytes(bos, special=True).decode("utf-8", errors="replace") if bos >= 0 else "",
+            eos_token=self.token_bytes(eos, special=True).decode("utf-8", errors="replace") if eos >= 0 else "",
             add_bos=bool(lc.llama_vocab_get_add_bos(self.vocab)),
             has_chatml_tokens=len(chatml) == 1 and bool(lc.llama_vocab_is_control(self.vocab, chatml[0])),
             architecture=self.meta("general.architecture") or "unknown",

@@ -43,9 +43,7 @@ def build_sampler(
         grammar_sampler = lc.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
         if not grammar_sampler:
             lc.llama_sampler_free(chain)
-            raise InvalidRequest(
-                "the grammar for response_format could not be parsed", param="response_format"
-            )
+            raise InvalidRequest("the grammar for response_format could not be parsed", param="response_format")
         lc.llama_sampler_chain_add(chain, grammar_sampler)
     if params.repeat_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
         lc.llama_sampler_chain_add(

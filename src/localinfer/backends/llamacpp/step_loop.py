@@ -164,9 +164,7 @@ class StepLoop:
         job.emit(job.text.push(model.token_bytes(token)))
         if job.text.stopped:
             self._finish(slot, "stop")
-        elif (job.max_tokens is not None and job.generated >= job.max_tokens) or len(
-            slot.cached
-        ) + 1 >= model.n_ctx:
+        elif (job.max_tokens is not None and job.generated >= job.max_tokens) or len(slot.cached) + 1 >= model.n_ctx:
             self._finish(slot, "length")
         else:
             slot.next_token = token

@@ -131,8 +131,6 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
     for index, core in enumerate(cores):
         result = await collect(engine.complete(core))
         text = (core.prompt if body.echo else "") + result.text
-        choices.append(
-            {"index": index, "text": text, "logprobs": None, "finish_reason": result.last.finish_reason}
-        )
+        choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": result.last.finish_reason})
         total = total + (result.last.usage or Usage(0, 0, 0))
     return JSONResponse(header.chunk(choices, usage=usage_body(total)))
