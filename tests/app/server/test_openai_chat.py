@@ -9,6 +9,7 @@ import jsonschema
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
+
 from tests.app.server.conftest import Server
 
 pytestmark = pytest.mark.model

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-from tests.app.server.conftest import Server, start_server, stop_server
 
 from localinfer.models.store import Manifest
+from tests.app.server.conftest import Server, start_server, stop_server
 
 pytestmark = pytest.mark.model
 

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from tests.app.server.conftest import Server, start_server, stop_server
 
 from localinfer.models.store import Manifest
+from tests.app.server.conftest import Server, start_server, stop_server
 
 pytestmark = pytest.mark.model
 

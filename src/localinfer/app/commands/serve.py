@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import logging
+import sys
 from typing import Any
 
 import uvicorn
 from pydantic import SecretStr
 
+from localinfer.app.commands.pull import ProgressLine
 from localinfer.app.server.app import create_app
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.errors import ConfigError
 from localinfer.models.pull import ensure_model
 from localinfer.models.store import ModelStore
-from localinfer.progress import ProgressEvent
-
-log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -35,7 +33,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but /health")
     p.add_argument("--ctx-size", type=int, help="context length per request (default: the model's, up to 8192)")
     p.add_argument("--threads", type=int, help="CPU threads (default: one per physical core)")
-    p.add_argument("--parallel", type=int, help="requests decoded together (slots)")
+    p.add_argument("--parallel", type=int, help="requests decoded together (slots; default: up to 4, as memory allows)")
+    p.add_argument("--max-queue", type=int, help="requests that may wait for a slot before the server says 503")
     p.add_argument("--gpu-layers", type=int, help="layers to offload to the GPU (-1: all)")
     p.set_defaults(run=run)
 
@@ -49,10 +48,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _report(event: ProgressEvent) -> None:
-    log.info("%s", event.status)
-
-
 def run(args: argparse.Namespace, settings: Settings) -> int:
     settings = settings.with_overrides(
         host=args.host,
@@ -61,6 +56,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         ctx_size=args.ctx_size,
         threads=args.threads,
         parallel=args.parallel,
+        max_queue=args.max_queue,
         gpu_layers=args.gpu_layers,
         model=args.model,
     )
@@ -71,7 +67,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             hint="set one with --api-key KEY or LOCALINFER_API_KEY=KEY, or bind 127.0.0.1",
         )
     store = ModelStore(settings.models_dir)
-    manifest = ensure_model(store, settings.model, settings, progress=_report)
+    progress = ProgressLine(sys.stderr)
+    try:
+        manifest = ensure_model(store, settings.model, settings, progress=progress)
+    finally:
+        progress.close()
     engine = Engine(settings, store)
     app = create_app(engine, api_key=api_key, preload=manifest)
     print(f"localinfer: serving {manifest.name} on http://{settings.host}:{settings.port}/v1", flush=True)

@@ -36,8 +36,13 @@ def create_app(engine: Engine, *, api_key: str | None = None, preload: Manifest 
     @app.get("/health")
     async def health() -> JSONResponse:
         state = engine.health()
-        body = {"status": {"ready": "ok", "loading": "loading model"}.get(state, "error")}
-        body["slots_processing"] = engine.busy_slots()  # type: ignore[assignment]
+        usage = engine.slot_usage()
+        body = {
+            "status": {"ready": "ok", "loading": "loading model"}.get(state, "error"),
+            "slots_idle": usage.idle,
+            "slots_processing": usage.processing,
+            "requests_waiting": usage.waiting,
+        }
         return JSONResponse(body, status_code=200 if state == "ready" else 503)
 
     @app.exception_handler(LocalInferError)

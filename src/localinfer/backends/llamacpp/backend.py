@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import ClassVar
 
 import llama_cpp.llama_cpp as lc
 
-from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts
+from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
 from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import build_sampler, grammar_for
 from localinfer.backends.llamacpp.step_loop import StepLoop
 from localinfer.backends.text_stream import TextStream
-from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
+from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady, QueueFull
 from localinfer.types import GenerationRequest, TokenChunk, TokenStream
 
 
@@ -25,9 +26,13 @@ class LlamaCppBackend(Backend):
         self._model: LlamaModel | None = None
         self._loop: StepLoop | None = None
         self._facts: ModelFacts | None = None
+        self._max_queue = 0
+        self._queued = 0
+        self._queued_lock = threading.Lock()
 
     async def load(self, spec: LoadSpec) -> None:
         model = await asyncio.to_thread(LlamaModel.load, spec)
+        self._max_queue = spec.max_queue
         self._facts = model.facts()
         self._model = model
         self._loop = StepLoop(model)
@@ -57,7 +62,12 @@ class LlamaCppBackend(Backend):
             raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx)
         options = request.options
         grammar = grammar_for(options.response_format)
-        sampler = build_sampler(model.vocab, lc.llama_vocab_n_tokens(model.vocab), options.sampling, grammar)
+        self._enqueue(loop)
+        try:
+            sampler = build_sampler(model.vocab, lc.llama_vocab_n_tokens(model.vocab), options.sampling, grammar)
+        except BaseException:
+            self._dequeued()
+            raise
         chunks: asyncio.Queue[TokenChunk | BaseException] = asyncio.Queue()
         event_loop = asyncio.get_running_loop()
 
@@ -72,6 +82,7 @@ class LlamaCppBackend(Backend):
             ignore_eos=options.ignore_eos,
             deliver=deliver,
             text=TextStream(options.stop),
+            on_dequeued=self._dequeued,
         )
         loop.submit(job)
         try:
@@ -85,6 +96,20 @@ class LlamaCppBackend(Backend):
         finally:
             job.cancelled = True
 
+    def _enqueue(self, loop: StepLoop) -> None:
+        """Count a request as waiting for a slot. Raises QueueFull when the slots and the queue are taken."""
+        with self._queued_lock:
+            if self._queued >= self._max_queue + loop.idle_slots():
+                raise QueueFull(
+                    f"all {loop.n_slots} slots are busy and {self._queued} requests are waiting",
+                    hint="retry shortly, or start the server with more --parallel slots or a larger --max-queue",
+                )
+            self._queued += 1
+
+    def _dequeued(self) -> None:
+        with self._queued_lock:
+            self._queued -= 1
+
     async def unload(self) -> None:
         if self._loop is not None:
             await asyncio.to_thread(self._loop.stop)
@@ -93,5 +118,8 @@ class LlamaCppBackend(Backend):
             self._model.free()
             self._model = None
 
-    def busy_slots(self) -> int:
-        return self._loop.busy_slots() if self._loop is not None else 0
+    def slot_usage(self) -> SlotUsage:
+        if self._loop is None:
+            return SlotUsage()
+        busy = self._loop.busy_slots()
+        return SlotUsage(processing=busy, idle=self._loop.n_slots - busy, waiting=self._queued)

@@ -21,17 +21,21 @@ class Job:
 
     request_id: str
     prompt: list[int]
-    sampler: lc.llama_sampler_p
+    sampler: lc.llama_sampler_p | None
     max_tokens: int | None
     ignore_eos: bool
     deliver: Delivery
     text: TextStream
+    on_dequeued: Callable[[], None] = lambda: None  # called once, when the job leaves the waiting queue
     cancelled: bool = False
     cached_tokens: int = 0
     generated: int = 0
     t_queued: float = field(default_factory=time.perf_counter)
     t_prefill_start: float = 0.0
     t_first_token: float = 0.0
+
+    def reached_max_tokens(self) -> bool:
+        return self.max_tokens is not None and self.generated >= self.max_tokens
 
     def emit(self, text: str) -> None:
         if text:
@@ -52,6 +56,12 @@ class Job:
 
     def fail(self, error: BaseException) -> None:
         self.deliver(error)
+
+    def close(self) -> None:
+        """Free the sampler; the job is done with, whichever way it ended."""
+        if self.sampler:
+            lc.llama_sampler_free(self.sampler)
+            self.sampler = None
 
 
 @dataclass(eq=False)

@@ -44,6 +44,39 @@ def default_threads() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
+def kv_bytes_per_token(model: lc.llama_model_p) -> int:
+    """Bytes of f16 keys and values one token takes in the cache, from the model's shape."""
+    arch = _meta(model, "general.architecture") or ""
+    n_head = max(int(lc.llama_model_n_head(model)), 1)
+    default_dim = int(lc.llama_model_n_embd(model)) // n_head
+    key_dim = int(_meta(model, f"{arch}.attention.key_length") or default_dim)
+    value_dim = int(_meta(model, f"{arch}.attention.value_length") or default_dim)
+    n_head_kv = int(lc.llama_model_n_head_kv(model))
+    return int(lc.llama_model_n_layer(model)) * n_head_kv * (key_dim + value_dim) * 2
+
+
+def auto_parallel(model: lc.llama_model_p, n_ctx: int, *, most: int = 4) -> int:
+    """As many slots (up to ``most``) as fit in a quarter of the free memory, each a whole context long."""
+    import psutil
+
+    budget = psutil.virtual_memory().available // 4
+    per_slot = kv_bytes_per_token(model) * n_ctx
+    slots = max(1, min(most, budget // max(per_slot, 1)))
+    log.debug("%d slots: %d MiB of KV cache each, %d MiB budget", slots, per_slot >> 20, budget >> 20)
+    return int(slots)
+
+
+def _meta(model: lc.llama_model_p, key: str) -> str | None:
+    buf = ctypes.create_string_buffer(256)
+    n = lc.llama_model_meta_val_str(model, key.encode(), buf, 256)
+    if n < 0:
+        return None
+    if n >= 256:
+        buf = ctypes.create_string_buffer(n + 1)
+        lc.llama_model_meta_val_str(model, key.encode(), buf, n + 1)
+    return buf.value.decode("utf-8", errors="replace")
+
+
 @dataclass
 class LlamaModel:
     """A loaded model, its vocabulary and one context with ``n_seq_max`` sequences."""
@@ -74,14 +107,19 @@ class LlamaModel:
         n_ctx_train = int(lc.llama_model_n_ctx_train(model))
         n_ctx = spec.ctx_size or min(n_ctx_train, spec.ctx_cap)
         threads = spec.threads or default_threads()
+        parallel = spec.parallel or auto_parallel(model, n_ctx)
         cparams = lc.llama_context_default_params()
-        cparams.n_ctx = n_ctx * spec.parallel
+        # Each slot gets a KV stream of its own, the whole context long: a request may use all of the
+        # context whatever the number of slots. One unified buffer would save memory, but then a sequence's
+        # cells interleave with others' and attention sums them in another order, so greedy output would
+        # depend on what else is running (llama-server --kv-unified shows the same).
+        cparams.n_ctx = n_ctx * parallel
         cparams.n_batch = spec.batch_size
         cparams.n_ubatch = spec.batch_size
-        cparams.n_seq_max = spec.parallel
+        cparams.n_seq_max = parallel
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        cparams.kv_unified = True
+        cparams.kv_unified = False
         cparams.no_perf = True
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
@@ -90,8 +128,8 @@ class LlamaModel:
                 f"llama.cpp could not create a context of {n_ctx} tokens for {path}",
                 hint="try a smaller context with --ctx-size",
             )
-        log.info("loaded %s: ctx %d x %d slots, %d threads", path.name, n_ctx, spec.parallel, threads)
-        return cls(model, vocab, ctx, n_ctx, spec.batch_size, spec.parallel)
+        log.debug("loaded %s: %d slots of %d tokens, %d threads", path, parallel, n_ctx, threads)
+        return cls(model, vocab, ctx, n_ctx, spec.batch_size, parallel)
 
     def free(self) -> None:
         if self.ctx:
@@ -128,14 +166,7 @@ class LlamaModel:
     # --- metadata ---------------------------------------------------------------------------------------
 
     def meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(256)
-        n = lc.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
-        if n < 0:
-            return None
-        if n >= 256:
-            buf = ctypes.create_string_buffer(n + 1)
-            lc.llama_model_meta_val_str(self.model, key.encode(), buf, n + 1)
-        return buf.value.decode("utf-8", errors="replace")
+        return _meta(self.model, key) if self.model is not None else None
 
     def facts(self) -> ModelFacts:
         template = lc.llama_model_chat_template(self.model, None)
@@ -152,4 +183,5 @@ class LlamaModel:
             has_chatml_tokens=len(chatml) == 1 and bool(lc.llama_vocab_is_control(self.vocab, chatml[0])),
             architecture=self.meta("general.architecture") or "unknown",
             n_params=int(lc.llama_model_n_params(self.model)),
+            n_slots=self.n_seq_max,
         )

@@ -1,8 +1,11 @@
 """The inference thread: one step loop over the context's slots.
 
-Each step builds one batch: the pending token of every generating slot plus a chunk of prompt for prefilling
-slots, runs one ``llama_decode``, then each slot samples its own next token. New jobs join at the next step.
-Only this thread touches the llama.cpp context.
+Each step builds one batch: the pending token of every generating slot, then chunks of prompt for prefilling
+slots, runs one ``llama_decode``, then each slot samples its own next token with its own sampler. New jobs join
+at the next step. Only this thread touches the llama.cpp context.
+
+Each slot has KV cells of its own, a whole context long. A job goes to the free slot whose cache shares the
+longest prefix with its prompt, and only the rest of the prompt is computed.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from localinfer.errors import GenerationFailed
 from localinfer.types import FinishReason
 
 log = logging.getLogger(__name__)
+
+# While other slots are generating, a prompt is prefilled at most this many tokens per step, so that their
+# streams keep flowing (a 512-token chunk takes seconds on a small CPU).
+PREFILL_CHUNK_WHILE_GENERATING = 128
 
 
 class StepLoop:
@@ -47,8 +54,15 @@ class StepLoop:
         self._thread.join()
         lc.llama_batch_free(self._batch)
 
+    @property
+    def n_slots(self) -> int:
+        return len(self._slots)
+
     def busy_slots(self) -> int:
         return sum(1 for slot in self._slots if not slot.idle)
+
+    def idle_slots(self) -> int:
+        return self.n_slots - self.busy_slots()
 
     # --- the thread -------------------------------------------------------------------------------------
 
@@ -81,7 +95,8 @@ class StepLoop:
     def _drop_cancelled(self) -> None:
         for job in [job for job in self._waiting if job.cancelled]:
             self._waiting.remove(job)
-            lc.llama_sampler_free(job.sampler)
+            job.on_dequeued()
+            job.close()
         for slot in self._slots:
             if slot.job is not None and slot.job.cancelled:
                 log.debug("request %s cancelled", slot.job.request_id)
@@ -93,14 +108,15 @@ class StepLoop:
             if not free:
                 return
             job = self._waiting.pop(0)
-            slot = max(free, key=lambda s: common_prefix(s.cached, job.prompt))
+            job.on_dequeued()
+            slot = max(free, key=lambda s: (common_prefix(s.cached, job.prompt), -len(s.cached)))
             self._start(slot, job)
 
     def _start(self, slot: Slot, job: Job) -> None:
         """Reuse the longest cached prefix of the prompt; at least the last prompt token is evaluated."""
         reuse = min(common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
         if not lc.llama_memory_seq_rm(self._memory, slot.seq_id, reuse, -1):
-            lc.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+            self._clear(slot)
             reuse = 0
         slot.cached = slot.cached[:reuse]
         slot.to_prefill = job.prompt[reuse:]
@@ -109,21 +125,27 @@ class StepLoop:
         job.cached_tokens = reuse
         job.t_prefill_start = time.perf_counter()
 
+    # --- one step ---------------------------------------------------------------------------------------
+
     def _step(self) -> None:
-        batch = self._batch
+        generating = [s for s in self._slots if s.job is not None and s.next_token is not None]
         n = 0
         fed: list[tuple[Slot, list[int]]] = []
-        for slot in self._slots:  # generating slots first: one token each
+        for slot in self._slots:
             slot.batch_index = -1
-            if slot.job is not None and slot.next_token is not None:
-                self._add(n, slot.next_token, len(slot.cached), slot.seq_id, True)
-                slot.batch_index = n
-                fed.append((slot, [slot.next_token]))
-                n += 1
-        for slot in self._slots:  # then prompt chunks, as far as the batch allows
-            if slot.job is None or not slot.to_prefill or n >= self._capacity:
+        for slot in generating:  # one token each
+            assert slot.next_token is not None
+            self._add(n, slot.next_token, len(slot.cached), slot.seq_id, True)
+            slot.batch_index = n
+            fed.append((slot, [slot.next_token]))
+            n += 1
+        budget = self._capacity - n
+        if generating:
+            budget = min(budget, PREFILL_CHUNK_WHILE_GENERATING)
+        for slot in self._slots:  # then prompt chunks, oldest request first, as far as the budget allows
+            if slot.job is None or not slot.to_prefill or budget <= 0:
                 continue
-            take = slot.to_prefill[: self._capacity - n]
+            take = slot.to_prefill[:budget]
             pos = len(slot.cached)
             for i, token in enumerate(take):
                 last = i == len(take) - 1 and len(take) == len(slot.to_prefill)
@@ -132,9 +154,10 @@ class StepLoop:
                     slot.batch_index = n
                 n += 1
             slot.to_prefill = slot.to_prefill[len(take) :]
+            budget -= len(take)
             fed.append((slot, take))
-        batch.n_tokens = n
-        rc = lc.llama_decode(self._model.ctx, batch)
+        self._batch.n_tokens = n
+        rc = lc.llama_decode(self._model.ctx, self._batch)
         if rc != 0:
             self._decode_failed(rc, fed)
             return
@@ -153,18 +176,25 @@ class StepLoop:
         batch.logits[i] = logits
 
     def _sample(self, slot: Slot, job: Job) -> None:
+        """Sample, emit and decide whether to go on. A failure here fails this request only."""
         model = self._model
-        token = lc.llama_sampler_sample(job.sampler, model.ctx, slot.batch_index)
-        if job.generated == 0:
-            job.t_first_token = time.perf_counter()
-        if model.is_eog(token) and not job.ignore_eos:
-            self._finish(slot, "stop")
+        try:
+            token = lc.llama_sampler_sample(job.sampler, model.ctx, slot.batch_index)
+            if job.generated == 0:
+                job.t_first_token = time.perf_counter()
+            if model.is_eog(token) and not job.ignore_eos:
+                self._finish(slot, "stop")
+                return
+            job.generated += 1
+            job.emit(job.text.push(model.token_bytes(token)))
+        except Exception as exc:
+            log.exception("request %s failed while sampling", job.request_id)
+            job.fail(GenerationFailed(f"generation failed: {exc}"))
+            self._release(slot)
             return
-        job.generated += 1
-        job.emit(job.text.push(model.token_bytes(token)))
         if job.text.stopped:
             self._finish(slot, "stop")
-        elif (job.max_tokens is not None and job.generated >= job.max_tokens) or len(slot.cached) + 1 >= model.n_ctx:
+        elif job.reached_max_tokens() or len(slot.cached) + 1 >= model.n_ctx:
             self._finish(slot, "length")
         else:
             slot.next_token = token
@@ -175,11 +205,16 @@ class StepLoop:
         self._release(slot)
 
     def _release(self, slot: Slot) -> None:
+        """Free the slot for the next job; its cache stays, for a later request that shares its prefix."""
         if slot.job is not None:
-            lc.llama_sampler_free(slot.job.sampler)
+            slot.job.close()
         slot.job = None
         slot.next_token = None
         slot.to_prefill = []
+
+    def _clear(self, slot: Slot) -> None:
+        lc.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
+        slot.cached = []
 
     def _decode_failed(self, rc: int, fed: list[tuple[Slot, list[int]]]) -> None:
         """A failed decode fails the requests in that batch; their cache is cleared so it stays consistent."""
@@ -188,13 +223,13 @@ class StepLoop:
             if slot.job is not None:
                 slot.job.fail(GenerationFailed(f"llama.cpp could not evaluate the batch (code {rc})"))
                 self._release(slot)
-            lc.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-            slot.cached = []
+            self._clear(slot)
 
     def _fail_all(self, error: GenerationFailed) -> None:
         for job in self._waiting:
+            job.on_dequeued()
             job.fail(error)
-            lc.llama_sampler_free(job.sampler)
+            job.close()
         self._waiting = []
         for slot in self._slots:
             if slot.job is not None:

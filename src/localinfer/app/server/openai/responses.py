@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from localinfer.app.server.errors import openai_error
 from localinfer.errors import LocalInferError
-from localinfer.types import TokenChunk, TokenStream, Usage
+from localinfer.types import Timings, TokenChunk, TokenStream, Usage
 
 
 def usage_body(usage: Usage | None) -> dict[str, Any] | None:
@@ -26,8 +26,7 @@ def usage_body(usage: Usage | None) -> dict[str, Any] | None:
     }
 
 
-def timings_body(chunk: TokenChunk) -> dict[str, Any] | None:
-    t = chunk.timings
+def timings_body(t: Timings | None) -> dict[str, Any] | None:
     if t is None:
         return None
     return {

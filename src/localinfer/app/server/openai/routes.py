@@ -18,7 +18,7 @@ from localinfer.app.server.openai.responses import (
 from localinfer.app.server.openai.wire import ChatCompletionBody, CompletionBody
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
-from localinfer.types import TokenStream, Usage
+from localinfer.types import Timings, TokenStream, Usage
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -94,7 +94,7 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
     }
     return JSONResponse(
         {
-            **header.chunk([choice], usage=usage_body(result.last.usage), timings=timings_body(result.last)),
+            **header.chunk([choice], usage=usage_body(result.last.usage), timings=timings_body(result.last.timings)),
             "object": "chat.completion",
         }
     )
@@ -127,10 +127,12 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
         events = sse_stream(streams, header, _CompletionShape(prompts, body.echo), body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     choices: list[dict[str, Any]] = []
-    total = Usage(0, 0, 0)
+    usage = Usage(0, 0, 0)
+    timings = Timings(0.0, 0.0, 0, 0)
     for index, core in enumerate(cores):
         result = await collect(engine.complete(core))
         text = (core.prompt if body.echo else "") + result.text
         choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": result.last.finish_reason})
-        total = total + (result.last.usage or Usage(0, 0, 0))
-    return JSONResponse(header.chunk(choices, usage=usage_body(total)))
+        usage = usage + (result.last.usage or Usage(0, 0, 0))
+        timings = timings + (result.last.timings or Timings(0.0, 0.0, 0, 0))
+    return JSONResponse(header.chunk(choices, usage=usage_body(usage), timings=timings_body(timings)))
