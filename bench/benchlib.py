@@ -1,6 +1,7 @@
 """Helpers shared by the benchmark scripts: the llama.cpp build, server processes and streamed requests.
 
-Only the standard library and httpx, so the scripts run with the project's dev virtualenv and nothing else.
+Only the standard library, httpx and psutil (a localinfer dependency), so the scripts run with the project's dev
+virtualenv and nothing else.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -80,19 +83,34 @@ def tail(path: Path, limit: int = 3000) -> str:
 class ManagedServer:
     """A server child process in its own process group, bound to 127.0.0.1, always stopped on exit.
 
-    `cmd` must make the server listen on `port`; the server is ready when `GET /health` answers 200.
+    `cmd` must make the server listen on `port`; the server is ready when `GET <health_path>` answers 200
+    (`/health` for llama-server and localinfer; llama-cpp-python's server has none, use `/v1/models`).
     """
 
     def __init__(
-        self, name: str, cmd: Sequence[str], port: int, log_path: Path, startup_timeout: float = 180.0
+        self,
+        name: str,
+        cmd: Sequence[str],
+        port: int,
+        log_path: Path,
+        startup_timeout: float = 180.0,
+        health_path: str = "/health",
     ) -> None:
         self.name = name
         self.cmd = list(cmd)
         self.port = port
         self.base_url = f"http://{HOST}:{port}"
         self.startup_timeout = startup_timeout
+        self.health_path = health_path
         self._proc: subprocess.Popen[bytes] | None = None
         self.log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        """The server's process id (the leader of its process group)."""
+        if self._proc is None:
+            raise BenchError(f"{self.name} is not running")
+        return self._proc.pid
 
     def __enter__(self) -> ManagedServer:
         try:
@@ -124,7 +142,7 @@ class ManagedServer:
                         f"{self.name} exited with {code} before it was ready; log tail:\n{tail(self.log_path)}"
                     )
                 with contextlib.suppress(httpx.TransportError):
-                    if client.get(f"{self.base_url}/health").status_code == 200:
+                    if client.get(f"{self.base_url}{self.health_path}").status_code == 200:
                         return
                 if time.monotonic() > deadline:
                     raise BenchError(
@@ -170,6 +188,9 @@ class StreamStats:
     finish_reason: str | None
     server_timings: dict[str, Any] | None = None  # llama-server's own `timings`, when present
     text: str = field(default="", repr=False)
+    total_s: float = 0.0  # request sent -> end of the stream
+    prompt_tokens: int | None = None  # usage.prompt_tokens when the server sent it
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens when the server sent it
 
     @property
     def tokens(self) -> int:
@@ -190,19 +211,33 @@ def _sse_events(lines: Iterator[str]) -> Iterator[tuple[float, str]]:
             yield now, line[5:].strip()
 
 
-def stream_completion(client: httpx.Client, base_url: str, body: dict[str, Any], timeout: float = 600.0) -> StreamStats:
-    """POST a streaming /v1/completions request and time the chunks as they arrive."""
+def _chunk_text(choice: dict[str, Any]) -> str:
+    """The text of one streamed choice: `text` for completions, `delta.content` for chat completions."""
+    if choice.get("text"):
+        return str(choice["text"])
+    delta = choice.get("delta")
+    if isinstance(delta, dict) and delta.get("content"):
+        return str(delta["content"])
+    return ""
+
+
+def stream_openai(
+    client: httpx.Client, base_url: str, path: str, body: dict[str, Any], timeout: float = 600.0
+) -> StreamStats:
+    """POST a streaming OpenAI request (`/v1/completions` or `/v1/chat/completions`), timing the chunks."""
     body = {**body, "stream": True}
     times: list[float] = []
     parts: list[str] = []
     usage_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
     finish_reason: str | None = None
     timings: dict[str, Any] | None = None
     sent = time.perf_counter()
-    with client.stream("POST", f"{base_url}/v1/completions", json=body, timeout=timeout) as resp:
+    with client.stream("POST", f"{base_url}{path}", json=body, timeout=timeout) as resp:
         if resp.status_code != 200:
             resp.read()
-            raise BenchError(f"POST /v1/completions -> {resp.status_code}: {resp.text[:500]}")
+            raise BenchError(f"POST {path} -> {resp.status_code}: {resp.text[:500]}")
         for now, data in _sse_events(resp.iter_lines()):
             if data == "[DONE]":
                 break
@@ -210,17 +245,24 @@ def stream_completion(client: httpx.Client, base_url: str, body: dict[str, Any],
             if "error" in event:
                 raise BenchError(f"error event in stream: {event['error']}")
             usage = event.get("usage")
-            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                usage_tokens = int(usage["completion_tokens"])
+            if isinstance(usage, dict):
+                if usage.get("completion_tokens") is not None:
+                    usage_tokens = int(usage["completion_tokens"])
+                if usage.get("prompt_tokens") is not None:
+                    prompt_tokens = int(usage["prompt_tokens"])
+                details = usage.get("prompt_tokens_details")
+                if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                    cached_tokens = int(details["cached_tokens"])
             if isinstance(event.get("timings"), dict):
                 timings = event["timings"]
             for choice in event.get("choices") or []:
-                text = choice.get("text") or ""
+                text = _chunk_text(choice)
                 if text:
                     times.append(now)
                     parts.append(text)
                 if choice.get("finish_reason"):
                     finish_reason = str(choice["finish_reason"])
+    ended = time.perf_counter()
     if not times:
         raise BenchError("the stream carried no text")
     return StreamStats(
@@ -231,7 +273,133 @@ def stream_completion(client: httpx.Client, base_url: str, body: dict[str, Any],
         finish_reason=finish_reason,
         server_timings=timings,
         text="".join(parts),
+        total_s=ended - sent,
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
     )
+
+
+def stream_completion(client: httpx.Client, base_url: str, body: dict[str, Any], timeout: float = 600.0) -> StreamStats:
+    """POST a streaming /v1/completions request and time the chunks as they arrive."""
+    return stream_openai(client, base_url, "/v1/completions", body, timeout)
+
+
+def stream_chat_completion(
+    client: httpx.Client, base_url: str, body: dict[str, Any], timeout: float = 600.0
+) -> StreamStats:
+    """POST a streaming /v1/chat/completions request and time the chunks as they arrive."""
+    return stream_openai(client, base_url, "/v1/chat/completions", body, timeout)
+
+
+def stream_concurrently(
+    base_url: str, bodies: Sequence[dict[str, Any]], timeout: float = 600.0
+) -> tuple[float, list[StreamStats]]:
+    """Stream all `bodies` to /v1/completions at the same moment, one client thread (and connection) each.
+
+    Returns the wall time from the common start to the end of the last stream, and each body's stats. Raises
+    BenchError when a request fails or a client is still running `timeout` + 30 s after the start.
+    """
+    n = len(bodies)
+    barrier = threading.Barrier(n + 1)
+    results: list[StreamStats | BaseException | None] = [None] * n
+    ends = [0.0] * n
+
+    def worker(i: int) -> None:
+        try:
+            with httpx.Client() as client:
+                barrier.wait(timeout=60)  # all threads ready: start together
+                results[i] = stream_completion(client, base_url, bodies[i], timeout)
+        except BaseException as exc:  # reported below; a thread must not die silently
+            results[i] = exc
+        ends[i] = time.perf_counter()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        barrier.wait(timeout=60)
+    except threading.BrokenBarrierError as exc:
+        raise BenchError("the client threads did not start within 60 s") from exc
+    start = time.perf_counter()
+    deadline = start + timeout + 30
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.perf_counter()))
+        if t.is_alive():
+            raise BenchError(f"a client did not finish within {timeout + 30:.0f} s")
+    stats: list[StreamStats] = []
+    for res in results:
+        if isinstance(res, BaseException):
+            raise BenchError(f"a client failed: {type(res).__name__}: {res}") from res
+        assert res is not None
+        stats.append(res)
+    return max(ends) - start, stats
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation between the closest ranks (numpy's default)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+class RssSampler:
+    """Samples the resident memory of a process and all its descendants on a background thread.
+
+    `with RssSampler(pid) as rss: ...` then `rss.peak_bytes`; `mark()` starts a new window whose peak is
+    `window_peak_bytes`, so one sampler can cover a server's whole life and each phase separately.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.peak_bytes = 0
+        self.window_peak_bytes = 0
+        self.last_bytes = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"rss-{pid}", daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+    def mark(self) -> None:
+        """Start a new window: `window_peak_bytes` from now on only covers samples taken after this call."""
+        with self._lock:
+            self.window_peak_bytes = 0
+        self.sample()
+
+    def sample(self) -> int:
+        """Take one sample now; returns the tree's RSS in bytes (0 when the process is gone)."""
+        total = 0
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = []
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                total += proc.memory_info().rss
+        with self._lock:
+            self.samples += 1
+            self.last_bytes = total
+            self.peak_bytes = max(self.peak_bytes, total)
+            self.window_peak_bytes = max(self.window_peak_bytes, total)
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
 
 
 def install_sigterm_handler() -> None:
