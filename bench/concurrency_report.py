@@ -13,9 +13,9 @@ from typing import Any
 from benchlib import REPO_ROOT, RESULTS_DIR, machine_info, write_json
 
 NOTES = (
-    "localinfer gets `--parallel N --ctx-size C`: its N slots share one context of C tokens.",
+    "localinfer gets `--parallel N --ctx-size C`: each of its N slots has a KV cache of C tokens.",
     "llama-server gets `-np N -c C*N`: it splits -c across its slots, so each slot has C tokens like a localinfer "
-    "request; its KV cache is N times larger, which shows in its RSS.",
+    "slot, and the two KV caches are the same size.",
     "llama-cpp-python's server has one context of C tokens and serves one request at a time: concurrent clients "
     "queue (`--interrupt_requests False`, so a new request does not cut off the streaming one). It has no "
     "`ignore_eos`; it gets a logit bias of -1000 on every end-of-generation token instead (what llama-server's "

@@ -9,7 +9,7 @@ from fastapi import Request
 from localinfer.errors import Unauthorized
 
 
-def require_api_key(request: Request) -> None:
+async def require_api_key(request: Request) -> None:
     """A FastAPI dependency: passes when no key is configured or the request carries the right bearer key.
 
     Raises Unauthorized otherwise.

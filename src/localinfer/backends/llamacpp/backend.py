@@ -69,18 +69,13 @@ class LlamaCppBackend(Backend):
             self._dequeued()
             raise
         chunks: asyncio.Queue[TokenChunk | BaseException] = asyncio.Queue()
-        event_loop = asyncio.get_running_loop()
-
-        def deliver(item: TokenChunk | BaseException) -> None:  # called on the inference thread
-            event_loop.call_soon_threadsafe(chunks.put_nowait, item)
-
         job = Job(
             request_id=request.request_id,
             prompt=prompt,
             sampler=sampler,
             max_tokens=options.max_tokens,
             ignore_eos=options.ignore_eos,
-            deliver=deliver,
+            deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
             text=TextStream(options.stop),
             on_dequeued=self._dequeued,
         )

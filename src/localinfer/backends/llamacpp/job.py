@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,6 +14,41 @@ from localinfer.backends.text_stream import TextStream
 from localinfer.types import FinishReason, Timings, TokenChunk, Usage
 
 Delivery = Callable[[TokenChunk | BaseException], None]
+Item = TokenChunk | BaseException
+
+log = logging.getLogger(__name__)
+
+
+class Outbox:
+    """What one step produced for its requesters, handed to each event loop in one call.
+
+    One wake-up of the event loop per step, rather than one per token and slot, keeps the HTTP side's share
+    of the CPU small while every slot streams.
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Item], Item]]] = {}
+
+    def delivery(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Item]) -> Delivery:
+        """A job's delivery: what it sends waits here until ``flush``."""
+
+        def deliver(item: Item) -> None:
+            self._items.setdefault(loop, []).append((queue, item))
+
+        return deliver
+
+    def flush(self) -> None:
+        items, self._items = self._items, {}
+        for loop, batch in items.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, batch)
+            except RuntimeError:  # the requester's loop is closed: nobody is waiting any more
+                log.debug("dropped %d chunks for a closed event loop", len(batch))
+
+
+def _put_all(batch: list[tuple[asyncio.Queue[Item], Item]]) -> None:
+    for queue, item in batch:
+        queue.put_nowait(item)
 
 
 @dataclass(eq=False)

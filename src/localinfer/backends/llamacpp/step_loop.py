@@ -17,7 +17,7 @@ import time
 
 import llama_cpp.llama_cpp as lc
 
-from localinfer.backends.llamacpp.job import Job, Slot, common_prefix
+from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.errors import GenerationFailed
 from localinfer.types import FinishReason
@@ -39,6 +39,7 @@ class StepLoop:
         self._batch = lc.llama_batch_init(self._capacity, 0, 1)
         self._memory = lc.llama_get_memory(model.ctx)
         self._stopping = False
+        self.outbox = Outbox()
         self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
 
     def start(self) -> None:
@@ -74,11 +75,15 @@ class StepLoop:
                 self._assign_waiting()
                 if any(not slot.idle for slot in self._slots):
                     self._step()
+                self.outbox.flush()
         except Exception as exc:  # a bug here must not leave requesters waiting forever
             log.exception("the inference loop stopped")
             self._fail_all(GenerationFailed(f"the inference loop stopped: {exc}"))
             raise
+        finally:
+            self.outbox.flush()
         self._fail_all(GenerationFailed("the model was unloaded while generating"))
+        self.outbox.flush()
 
     def _take_incoming(self, *, block: bool) -> None:
         try:
