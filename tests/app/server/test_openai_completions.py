@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -104,3 +106,30 @@ def test_gemma3_base_model_chat_falls_back_to_a_transcript(gemma_server: Server)
     text = reply.choices[0].message.content or ""
     assert text.strip()
     assert "User:" not in text
+
+
+def test_gemma3_sliding_window_cache_reuses_a_prefix_after_a_long_reply(gemma_server: Server) -> None:
+    """Gemma 3 attends through a 512-token sliding window whose cache keeps only the last ~1,024 positions: after
+    a reply of 800 tokens, the cells of the prompt are gone and cannot be rolled back to. The slot's checkpoint of
+    the window, taken when the prompt was prefilled, lets the next request sharing the prompt compute only its
+    new tail."""
+    document = " ".join(f"Entry {i}: the lighthouse keeper logged the weather." for i in range(25))
+
+    def complete(prompt: str, max_tokens: int) -> dict[str, Any]:
+        body = {
+            "model": "gemma-3-270m-q4_k_m",
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+        response = httpx.post(f"{gemma_server.url}/v1/completions", json=body, timeout=300)
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    first = complete(document, 800)
+    second = complete(document + " Then the storm came.", 4)
+    assert 250 < first["usage"]["prompt_tokens"] < 512
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] - 1
+    assert second["timings"]["prompt_ms"] < first["timings"]["prompt_ms"] / 2

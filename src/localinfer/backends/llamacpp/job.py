@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import llama_cpp.llama_cpp as lc
 
+from localinfer.backends.llamacpp.checkpoints import Checkpoint
 from localinfer.backends.text_stream import TextStream
 from localinfer.types import FinishReason, Timings, TokenChunk, Usage
 
@@ -111,6 +112,7 @@ class Slot:
     to_prefill: list[int] = field(default_factory=list)
     next_token: int | None = None
     batch_index: int = -1
+    checkpoint: Checkpoint | None = None  # sliding-window models only: the window as of the last prompt
 
     @property
     def idle(self) -> bool:

@@ -88,6 +88,11 @@ class LlamaModel:
     n_batch: int
     n_seq_max: int
 
+    @property
+    def n_swa(self) -> int:
+        """The sliding window of the model's attention, 0 if it has none."""
+        return int(lc.llama_model_n_swa(self.model)) if self.model is not None else 0
+
     @classmethod
     def load(cls, spec: LoadSpec) -> LlamaModel:
         """Load ``spec.path``. Raises ModelLoadError if the file is missing or llama.cpp rejects it."""
@@ -120,6 +125,9 @@ class LlamaModel:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.kv_unified = False
+        # A sliding-window cache holds only the window (plus a batch), not the whole context; the step loop
+        # checkpoints it so prefix reuse still works (llama-server does the same; full size costs 2-5x memory).
+        cparams.swa_full = False
         cparams.no_perf = True
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:

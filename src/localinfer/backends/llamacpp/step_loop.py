@@ -17,6 +17,7 @@ import time
 
 import llama_cpp.llama_cpp as lc
 
+from localinfer.backends.llamacpp import checkpoints
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.errors import GenerationFailed
@@ -37,7 +38,10 @@ class StepLoop:
         self._waiting: list[Job] = []
         self._capacity = max(model.n_batch, model.n_seq_max)
         self._batch = lc.llama_batch_init(self._capacity, 0, 1)
-        self._memory = lc.llama_get_memory(model.ctx)
+        assert model.ctx is not None, "the step loop needs a loaded model"
+        self._ctx: lc.llama_context_p = model.ctx
+        self._memory = lc.llama_get_memory(self._ctx)
+        self._n_swa = model.n_swa
         self._stopping = False
         self.outbox = Outbox()
         self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
@@ -120,6 +124,8 @@ class StepLoop:
     def _start(self, slot: Slot, job: Job) -> None:
         """Reuse the longest cached prefix of the prompt; at least the last prompt token is evaluated."""
         reuse = min(common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
+        if self._n_swa and reuse > 0:
+            reuse = self._rewind_window(slot, reuse)
         if not lc.llama_memory_seq_rm(self._memory, slot.seq_id, reuse, -1):
             self._clear(slot)
             reuse = 0
@@ -129,6 +135,19 @@ class StepLoop:
         slot.job = job
         job.cached_tokens = reuse
         job.t_prefill_start = time.perf_counter()
+
+    def _rewind_window(self, slot: Slot, reuse: int) -> int:
+        """How much of the prefix a sliding-window cache still covers, restoring the slot's checkpoint if the
+        window has moved past it; 0 when neither serves."""
+        pos_min = lc.llama_memory_seq_pos_min(self._memory, slot.seq_id)
+        if pos_min < 0:
+            return 0  # nothing cached
+        if pos_min == 0 or pos_min < reuse - self._n_swa:
+            return reuse  # the window still holds everything the next token attends to
+        ckpt = slot.checkpoint
+        if ckpt is not None and ckpt.n_tokens <= reuse and checkpoints.restore(self._ctx, slot.seq_id, ckpt):
+            return ckpt.n_tokens
+        return 0
 
     # --- one step ---------------------------------------------------------------------------------------
 
@@ -162,12 +181,14 @@ class StepLoop:
             budget -= len(take)
             fed.append((slot, take))
         self._batch.n_tokens = n
-        rc = lc.llama_decode(self._model.ctx, self._batch)
+        rc = lc.llama_decode(self._ctx, self._batch)
         if rc != 0:
             self._decode_failed(rc, fed)
             return
         for slot, tokens in fed:
             slot.cached.extend(tokens)
+            if self._n_swa and slot.job is not None and slot.next_token is None and not slot.to_prefill:
+                slot.checkpoint = checkpoints.take(self._ctx, self._memory, slot.seq_id, len(slot.cached))
         for slot in self._slots:
             if slot.job is not None and slot.batch_index >= 0:
                 self._sample(slot, slot.job)
@@ -184,7 +205,7 @@ class StepLoop:
         """Sample, emit and decide whether to go on. A failure here fails this request only."""
         model = self._model
         try:
-            token = lc.llama_sampler_sample(job.sampler, model.ctx, slot.batch_index)
+            token = lc.llama_sampler_sample(job.sampler, self._ctx, slot.batch_index)
             if job.generated == 0:
                 job.t_first_token = time.perf_counter()
             if model.is_eog(token) and not job.ignore_eos:
@@ -220,6 +241,7 @@ class StepLoop:
     def _clear(self, slot: Slot) -> None:
         lc.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
         slot.cached = []
+        slot.checkpoint = None
 
     def _decode_failed(self, rc: int, fed: list[tuple[Slot, list[int]]]) -> None:
         """A failed decode fails the requests in that batch; their cache is cleared so it stays consistent."""
