@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 # streams keep flowing (a 512-token chunk takes seconds on a small CPU).
 PREFILL_CHUNK_WHILE_GENERATING = 128
 
+# Waking from idle, the loop gathers requests that arrive within GATHER_GAP of each other, for GATHER_MAX at most.
+GATHER_GAP = 0.005
+GATHER_MAX = 0.02
+
 
 class StepLoop:
     def __init__(self, model: LlamaModel) -> None:
@@ -90,16 +94,27 @@ class StepLoop:
         self.outbox.flush()
 
     def _take_incoming(self, *, block: bool) -> None:
+        """Move submitted jobs to the waiting list.
+
+        Waking from idle, keep taking jobs while they arrive within ``GATHER_GAP`` of each other (at most
+        ``GATHER_MAX`` in all): clients that start together are then prefilled in one batch instead of queueing
+        behind the first one's prompt, and a lone request waits only one gap.
+        """
         try:
             item = self._incoming.get(block=block)
-            while True:
-                if item is None:
-                    self._stopping = True
-                else:
-                    self._waiting.append(item)
-                item = self._incoming.get_nowait()
         except queue.Empty:
-            pass
+            return
+        deadline = time.perf_counter() + GATHER_MAX
+        while True:
+            if item is None:
+                self._stopping = True
+            else:
+                self._waiting.append(item)
+            wait = min(GATHER_GAP, deadline - time.perf_counter()) if block else 0.0
+            try:
+                item = self._incoming.get(timeout=wait) if wait > 0 else self._incoming.get_nowait()
+            except queue.Empty:
+                return
 
     def _drop_cancelled(self) -> None:
         for job in [job for job in self._waiting if job.cancelled]:
