@@ -145,6 +145,8 @@ class StepLoop:
             self._clear(slot)
             reuse = 0
         slot.cached = slot.cached[:reuse]
+        if slot.checkpoint is not None and slot.checkpoint.n_tokens > reuse:
+            slot.checkpoint = None  # it holds a window of tokens that are about to be replaced
         slot.to_prefill = job.prompt[reuse:]
         slot.next_token = None
         slot.job = job
@@ -181,7 +183,7 @@ class StepLoop:
         budget = self._capacity - n
         if generating:
             budget = min(budget, PREFILL_CHUNK_WHILE_GENERATING)
-        for slot in self._slots:  # then prompt chunks, oldest request first, as far as the budget allows
+        for slot in self._slots:  # then prompt chunks, in slot order, as far as the budget allows
             if slot.job is None or not slot.to_prefill or budget <= 0:
                 continue
             take = slot.to_prefill[:budget]
