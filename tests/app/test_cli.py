@@ -95,3 +95,14 @@ def test_settings_come_from_the_toml_file_and_the_environment_wins_over_it(tmp_p
     assert (tmp_path / "toml-home" / "models" / "manifests" / "tiny.json").is_file()
     pull({"LOCALINFER_HOME": str(tmp_path / "env-home")})
     assert (tmp_path / "env-home" / "models" / "manifests" / "tiny.json").is_file()
+
+
+@pytest.mark.model
+def test_serving_a_truncated_gguf_fails_at_once_in_one_line(tmp_path: Path, smollm2: Manifest) -> None:
+    truncated = tmp_path / "truncated.gguf"
+    with smollm2.path.open("rb") as source:
+        truncated.write_bytes(source.read(5_000_000))
+    result = localinfer("serve", str(truncated), "--port", "0", home=tmp_path / "home", timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.startswith("localinfer: ") and "truncated" in result.stderr
+    assert "Traceback" not in result.stderr

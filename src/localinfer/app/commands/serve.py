@@ -15,6 +15,7 @@ from localinfer.app.server.app import create_app
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.errors import ConfigError
+from localinfer.models.gguf import read_gguf_info
 from localinfer.models.pull import ensure_model
 from localinfer.models.store import ModelStore
 
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         manifest = ensure_model(store, settings.model, settings, progress=progress)
     finally:
         progress.close()
+    read_gguf_info(manifest.path)  # a corrupt or truncated file fails here, in one line, not in the background
     engine = Engine(settings, store)
     app = create_app(engine, api_key=api_key, preload=manifest)
     print(f"localinfer: serving {manifest.name} on http://{settings.host}:{settings.port}/v1", flush=True)
