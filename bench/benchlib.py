@@ -411,6 +411,18 @@ def install_sigterm_handler() -> None:
     signal.signal(signal.SIGTERM, _raise)
 
 
+def greedy_body(model_id: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    """A request every engine answers the same way: greedy, exactly ``max_tokens`` tokens, usage streamed."""
+    return {
+        "model": model_id,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
+
+
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")

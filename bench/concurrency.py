@@ -38,6 +38,7 @@ from benchlib import (
     RssSampler,
     StreamStats,
     free_port,
+    greedy_body,
     install_sigterm_handler,
     llama_cpp_bin,
     percentile,
@@ -252,15 +253,7 @@ def start_server(setup: EngineSetup, slots: int, label: str, args: argparse.Name
 
 
 def request_body(model_id: str, prompt: str, setup: EngineSetup, args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "model": model_id,
-        "prompt": prompt,
-        "max_tokens": args.max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream_options": {"include_usage": True},
-        **setup.body_extra(),
-    }
+    return greedy_body(model_id, args.max_tokens, prompt=prompt, **setup.body_extra())
 
 
 def run_throughput(setup: EngineSetup, level: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -346,14 +339,7 @@ def run_multiturn(setup: EngineSetup, args: argparse.Namespace) -> dict[str, Any
     turns: list[dict[str, Any]] = []
     with server, httpx.Client() as client:
         model_id = server.model_id(args.model.stem)
-        base: dict[str, Any] = {
-            "model": model_id,
-            "max_tokens": args.chat_max_tokens,
-            "temperature": 0,
-            "ignore_eos": True,
-            "stream_options": {"include_usage": True},
-            **setup.body_extra(),
-        }
+        base = greedy_body(model_id, args.chat_max_tokens, **setup.body_extra())
         # Warm-up: one short unrelated chat, so turn 1 does not pay for first-request costs.
         warm = [{"role": "user", "content": "Hello! Say hi."}]
         stream_chat_completion(client, server.base_url, {**base, "messages": warm}, args.request_timeout)

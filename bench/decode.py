@@ -36,6 +36,7 @@ from benchlib import (
     ManagedServer,
     StreamStats,
     free_port,
+    greedy_body,
     install_sigterm_handler,
     llama_cpp_bin,
     machine_info,
@@ -141,13 +142,7 @@ def run_server(engine: str, bin_dir: Path | None, args: argparse.Namespace) -> d
     runs: list[StreamStats] = []
     with ManagedServer(engine, cmd, port, log_path, args.startup_timeout) as server:
         model_id = server.model_id(args.model.stem)
-        base: dict[str, Any] = {
-            "model": model_id,
-            "max_tokens": args.max_tokens,
-            "temperature": 0,
-            "ignore_eos": True,
-            "stream_options": {"include_usage": True},
-        }
+        base = greedy_body(model_id, args.max_tokens)
         with httpx.Client() as client:
             for i in range(args.warmup + args.runs):
                 # A random start per request: no prefix cache shortens the prompt work behind the TTFT.

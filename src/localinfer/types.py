@@ -67,14 +67,13 @@ class CompletionRequest:
 class GenerationRequest:
     """What a backend runs: a rendered prompt, how to sample, and when to stop.
 
-    ``grammar`` is GBNF text that constrains the output. ``add_special`` lets the tokenizer add BOS when the
-    model wants one; ``parse_special`` lets control tokens written in the prompt (``<|im_start|>``) be tokens.
+    ``add_special`` lets the tokenizer add BOS when the model wants one; ``parse_special`` lets control tokens
+    written in the prompt (``<|im_start|>``) be tokens.
     """
 
     request_id: str
     prompt: str
     options: GenerationOptions
-    grammar: str | None = None
     add_special: bool = True
     parse_special: bool = True
 

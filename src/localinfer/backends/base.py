@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -29,7 +29,6 @@ class LoadSpec:
     parallel: int = 0
     max_queue: int = 64
     gpu_layers: int = 0
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,10 +73,6 @@ class Backend(ABC):
     @abstractmethod
     def facts(self) -> ModelFacts:
         """Facts about the loaded model; only valid after ``load``."""
-
-    @abstractmethod
-    def count_tokens(self, text: str, *, add_special: bool, parse_special: bool) -> int:
-        """How many tokens ``text`` becomes."""
 
     @abstractmethod
     def generate(self, request: GenerationRequest) -> TokenStream:

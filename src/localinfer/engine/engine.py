@@ -84,11 +84,15 @@ class Engine:
                 runner.template.kind,
             )
             runner.ready.set_result(None)
-        except BaseException as exc:
+        except asyncio.CancelledError:
+            self._runners.pop(runner.manifest.name, None)
+            runner.ready.cancel()
+            raise
+        except Exception as exc:
             log.error("loading %s failed: %s", runner.manifest.name, exc)
             self._runners.pop(runner.manifest.name, None)
             runner.ready.set_exception(exc)
-            runner.ready.exception()  # retrieved: nobody may be waiting
+            runner.ready.exception()  # marked retrieved: nobody may be waiting
 
     async def runner(self, model: str) -> Runner:
         """The loaded runner for ``model``, loading it on first use. Raises ModelNotFound, ModelLoadError."""

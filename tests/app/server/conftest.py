@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,16 @@ def start_server(model: str, home: Path, log_dir: Path, *extra: str, timeout: fl
     raise RuntimeError(f"server did not become ready:\n{server.output()}")
 
 
+@contextmanager
+def serving(model: str, home: Path, log_dir: Path, *extra: str) -> Iterator[Server]:
+    """A running ``localinfer serve``, stopped when the block ends (a fixture's whole scope)."""
+    server = start_server(model, home, log_dir, *extra)
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
 def stop_server(server: Server) -> None:
     server.process.terminate()
     try:
@@ -74,9 +85,8 @@ def stop_server(server: Server) -> None:
 @pytest.fixture(scope="session")
 def smollm2_server(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """SmolLM2 served by its registered name, with a 2048-token context."""
-    server = start_server(smollm2.name, test_home, tmp_path_factory.mktemp("serve-smollm2"), "--ctx-size", "2048")
-    yield server
-    stop_server(server)
+    with serving(smollm2.name, test_home, tmp_path_factory.mktemp("serve-smollm2"), "--ctx-size", "2048") as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

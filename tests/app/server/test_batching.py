@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from localinfer.models.store import Manifest
-from tests.app.server.conftest import Server, start_server, stop_server
+from tests.app.server.conftest import Server, serving
 
 pytestmark = pytest.mark.model
 
@@ -67,11 +67,10 @@ def stream_text(server: Server, prompt: str, max_tokens: int) -> tuple[str, int]
 
 @pytest.fixture(scope="module")
 def batch_server(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(
+    with serving(
         smollm2.name, test_home, tmp_path_factory.mktemp("batch"), "--parallel", "4", "--ctx-size", "4096"
-    )
-    yield server
-    stop_server(server)
+    ) as server:
+        yield server
 
 
 def test_greedy_text_alone_equals_text_inside_a_batch_of_four(batch_server: Server) -> None:
@@ -102,11 +101,10 @@ def test_a_shared_long_prefix_is_reported_cached_and_starts_sooner(batch_server:
 
 @pytest.fixture(scope="module")
 def one_slot_server(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(
+    with serving(
         smollm2.name, test_home, tmp_path_factory.mktemp("one-slot"), "--parallel", "1", "--max-queue", "1"
-    )
-    yield server
-    stop_server(server)
+    ) as server:
+        yield server
 
 
 def wait_for(server: Server, key: str, value: int, timeout: float = 10.0) -> None:

@@ -33,9 +33,6 @@ class SlowLoadingBackend(Backend):
     def facts(self) -> ModelFacts:
         return ModelFacts(2048, 2048, None, "", "", False, False, "test", 0)
 
-    def count_tokens(self, text: str, *, add_special: bool, parse_special: bool) -> int:
-        return len(text.split())
-
     async def generate(self, request: GenerationRequest) -> TokenStream:
         raise AssertionError("not used")
         yield  # pragma: no cover

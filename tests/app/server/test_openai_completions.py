@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from localinfer.models.store import Manifest
-from tests.app.server.conftest import Server, start_server, stop_server
+from tests.app.server.conftest import Server, serving
 
 pytestmark = pytest.mark.model
 
@@ -76,9 +76,8 @@ def gemma_server(gemma3: Manifest, tmp_path_factory: pytest.TempPathFactory) -> 
     folder = tmp_path_factory.mktemp("serve-gemma")
     link = folder / "gemma-3-270m-q4_k_m.gguf"
     link.symlink_to(gemma3.path)
-    server = start_server(str(link), folder / "empty-home", folder, "--ctx-size", "2048")
-    yield server
-    stop_server(server)
+    with serving(str(link), folder / "empty-home", folder, "--ctx-size", "2048") as server:
+        yield server
 
 
 def test_gemma3_270m_served_from_a_path_is_named_after_the_file(gemma_server: Server) -> None:

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from localinfer.models.store import Manifest
-from tests.app.server.conftest import Server, start_server, stop_server
+from tests.app.server.conftest import Server, serving
 
 pytestmark = pytest.mark.model
 
@@ -103,9 +103,8 @@ def test_disconnected_stream_frees_its_slot_at_once(smollm2_server: Server, mode
 
 @pytest.fixture(scope="module")
 def keyed_server(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(smollm2.name, test_home, tmp_path_factory.mktemp("serve-key"), "--api-key", "sesame")
-    yield server
-    stop_server(server)
+    with serving(smollm2.name, test_home, tmp_path_factory.mktemp("serve-key"), "--api-key", "sesame") as server:
+        yield server
 
 
 def test_wrong_api_key_is_401(keyed_server: Server) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import ClassVar
 
 import llama_cpp.llama_cpp as lc
@@ -14,7 +13,7 @@ from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import build_sampler, grammar_for
 from localinfer.backends.llamacpp.step_loop import StepLoop
 from localinfer.backends.text_stream import TextStream
-from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady, QueueFull
+from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
 from localinfer.types import GenerationRequest, TokenChunk, TokenStream
 
 
@@ -26,16 +25,12 @@ class LlamaCppBackend(Backend):
         self._model: LlamaModel | None = None
         self._loop: StepLoop | None = None
         self._facts: ModelFacts | None = None
-        self._max_queue = 0
-        self._queued = 0
-        self._queued_lock = threading.Lock()
 
     async def load(self, spec: LoadSpec) -> None:
         model = await asyncio.to_thread(LlamaModel.load, spec)
-        self._max_queue = spec.max_queue
         self._facts = model.facts()
         self._model = model
-        self._loop = StepLoop(model)
+        self._loop = StepLoop(model, max_queue=spec.max_queue)
         self._loop.start()
 
     @property
@@ -49,10 +44,6 @@ class LlamaCppBackend(Backend):
             raise ModelNotReady("the model is not loaded yet", hint="retry when GET /health answers 200")
         return self._model, self._loop
 
-    def count_tokens(self, text: str, *, add_special: bool, parse_special: bool) -> int:
-        model, _ = self._loaded()
-        return len(model.tokenize(text, add_special=add_special, parse_special=parse_special))
-
     async def generate(self, request: GenerationRequest) -> TokenStream:
         model, loop = self._loaded()
         prompt = model.tokenize(request.prompt, add_special=request.add_special, parse_special=request.parse_special)
@@ -62,12 +53,7 @@ class LlamaCppBackend(Backend):
             raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx)
         options = request.options
         grammar = grammar_for(options.response_format)
-        self._enqueue(loop)
-        try:
-            sampler = build_sampler(model.vocab, lc.llama_vocab_n_tokens(model.vocab), options.sampling, grammar)
-        except BaseException:
-            self._dequeued()
-            raise
+        sampler = build_sampler(model.vocab, lc.llama_vocab_n_tokens(model.vocab), options.sampling, grammar)
         chunks: asyncio.Queue[TokenChunk | BaseException] = asyncio.Queue()
         job = Job(
             request_id=request.request_id,
@@ -77,9 +63,8 @@ class LlamaCppBackend(Backend):
             ignore_eos=options.ignore_eos,
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
             text=TextStream(options.stop),
-            on_dequeued=self._dequeued,
         )
-        loop.submit(job)
+        loop.submit(job)  # raises QueueFull (and frees the sampler) when the slots and the queue are taken
         try:
             while True:
                 item = await chunks.get()
@@ -90,20 +75,6 @@ class LlamaCppBackend(Backend):
                     return
         finally:
             job.cancelled = True
-
-    def _enqueue(self, loop: StepLoop) -> None:
-        """Count a request as waiting for a slot. Raises QueueFull when the slots and the queue are taken."""
-        with self._queued_lock:
-            if self._queued >= self._max_queue + loop.idle_slots():
-                raise QueueFull(
-                    f"all {loop.n_slots} slots are busy and {self._queued} requests are waiting",
-                    hint="retry shortly, or start the server with more --parallel slots or a larger --max-queue",
-                )
-            self._queued += 1
-
-    def _dequeued(self) -> None:
-        with self._queued_lock:
-            self._queued -= 1
 
     async def unload(self) -> None:
         if self._loop is not None:
@@ -116,5 +87,4 @@ class LlamaCppBackend(Backend):
     def slot_usage(self) -> SlotUsage:
         if self._loop is None:
             return SlotUsage()
-        busy = self._loop.busy_slots()
-        return SlotUsage(processing=busy, idle=self._loop.n_slots - busy, waiting=self._queued)
+        return self._loop.usage()

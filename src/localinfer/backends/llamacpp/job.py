@@ -64,11 +64,9 @@ class Job:
     ignore_eos: bool
     deliver: Delivery
     text: TextStream
-    on_dequeued: Callable[[], None] = lambda: None  # called once, when the job leaves the waiting queue
     cancelled: bool = False
     cached_tokens: int = 0
     generated: int = 0
-    t_queued: float = field(default_factory=time.perf_counter)
     t_prefill_start: float = 0.0
     t_first_token: float = 0.0
 

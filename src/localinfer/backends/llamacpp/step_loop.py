@@ -17,10 +17,11 @@ import time
 
 import llama_cpp.llama_cpp as lc
 
+from localinfer.backends.base import SlotUsage
 from localinfer.backends.llamacpp import checkpoints
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.model import LlamaModel
-from localinfer.errors import GenerationFailed
+from localinfer.errors import GenerationFailed, QueueFull
 from localinfer.types import FinishReason
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,11 @@ GATHER_MAX = 0.02
 
 
 class StepLoop:
-    def __init__(self, model: LlamaModel) -> None:
+    def __init__(self, model: LlamaModel, *, max_queue: int) -> None:
         self._model = model
+        self._max_queue = max_queue
+        self._queued = 0  # submitted and not yet in a slot (or dropped); guarded by _queued_lock
+        self._queued_lock = threading.Lock()
         self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
         self._incoming: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._waiting: list[Job] = []
@@ -54,7 +58,22 @@ class StepLoop:
         self._thread.start()
 
     def submit(self, job: Job) -> None:
+        """Hand ``job`` to the loop. Raises QueueFull, and frees the job, when every slot is busy and
+        ``max_queue`` jobs already wait; called from the requester's thread."""
+        with self._queued_lock:
+            if self._queued >= self._max_queue + self.idle_slots():
+                waiting = self._queued
+                job.close()
+                raise QueueFull(
+                    f"all {self.n_slots} slots are busy and {waiting} requests are waiting",
+                    hint="retry shortly, or start the server with more --parallel slots or a larger --max-queue",
+                )
+            self._queued += 1
         self._incoming.put(job)
+
+    def _dequeued(self) -> None:
+        with self._queued_lock:
+            self._queued -= 1
 
     def stop(self) -> None:
         """Fail every job in flight, end the thread and free the batch. The model is freed by the caller."""
@@ -72,6 +91,10 @@ class StepLoop:
 
     def idle_slots(self) -> int:
         return self.n_slots - self.busy_slots()
+
+    def usage(self) -> SlotUsage:
+        busy = self.busy_slots()
+        return SlotUsage(processing=busy, idle=self.n_slots - busy, waiting=self._queued)
 
     # --- the thread -------------------------------------------------------------------------------------
 
@@ -119,7 +142,7 @@ class StepLoop:
     def _drop_cancelled(self) -> None:
         for job in [job for job in self._waiting if job.cancelled]:
             self._waiting.remove(job)
-            job.on_dequeued()
+            self._dequeued()
             job.close()
         for slot in self._slots:
             if slot.job is not None and slot.job.cancelled:
@@ -132,7 +155,7 @@ class StepLoop:
             if not free:
                 return
             job = self._waiting.pop(0)
-            job.on_dequeued()
+            self._dequeued()
             slot = max(free, key=lambda s: (common_prefix(s.cached, job.prompt), -len(s.cached)))
             self._start(slot, job)
 
@@ -271,7 +294,7 @@ class StepLoop:
 
     def _fail_all(self, error: GenerationFailed) -> None:
         for job in self._waiting:
-            job.on_dequeued()
+            self._dequeued()
             job.fail(error)
             job.close()
         self._waiting = []
