@@ -9,7 +9,7 @@ nothing. ``LOCALINFER_PIP_INDEX_URL`` / ``LOCALINFER_PIP_FIND_LINKS`` point thos
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import gguf
@@ -69,17 +69,45 @@ def write_gguf(
     chat_template: str | None = "{% for m in messages %}{{ m.content }}{% endfor %}",
     vocab: int = 300,
     tensor_elements: int = 4096,
+    license: str | None = None,
+    fim_token_ids: tuple[int, int, int] | None = None,
+    embedding_length: int | None = None,
+    head_count: int | Sequence[int] | None = None,
+    head_count_kv: int | Sequence[int] | None = None,
+    metadata: Mapping[str, str | int] | None = None,
 ) -> Path:
-    """Write a small but structurally real GGUF file (metadata, a string-array vocabulary, one F32 tensor)."""
+    """Write a small but structurally real GGUF file (metadata, a string-array vocabulary, one F32 tensor).
+
+    Fields left at None are not written. ``fim_token_ids`` are the fill-in-the-middle prefix, suffix and
+    middle token ids; ``metadata`` adds any other keys, strings as strings and ints as uint32.
+    """
     writer = gguf.GGUFWriter(str(path), arch)
     if name is not None:
         writer.add_name(name)
+    if license is not None:
+        writer.add_license(license)
     if file_type is not None:
         writer.add_file_type(int(file_type))
     writer.add_context_length(context_length)
     writer.add_block_count(block_count)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
+    if embedding_length is not None:
+        writer.add_embedding_length(embedding_length)
+    if head_count is not None:
+        writer.add_head_count(head_count)
+    if head_count_kv is not None:
+        writer.add_head_count_kv(head_count_kv)
+    if fim_token_ids is not None:
+        prefix, suffix, middle = fim_token_ids
+        writer.add_uint32("tokenizer.ggml.fim_pre_token_id", prefix)
+        writer.add_uint32("tokenizer.ggml.fim_suf_token_id", suffix)
+        writer.add_uint32("tokenizer.ggml.fim_mid_token_id", middle)
+    for key, value in (metadata or {}).items():
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        else:
+            writer.add_uint32(key, value)
     writer.add_token_list([f"tok{i}" for i in range(vocab)])
     writer.add_tensor("token_embd.weight", np.arange(tensor_elements, dtype=np.float32).reshape(-1, 16))
     writer.write_header_to_file()

@@ -4,7 +4,8 @@ The ``gguf`` package's ``GGUFReader`` builds a Python object for every metadata 
 vocabulary has 50k-260k of them), which takes seconds per model. This module walks the header itself with
 ``struct`` over a memory map, keeping only scalar and string values and skipping arrays, and uses the
 ``gguf`` package for the format's constants (value types, quantization block sizes, file types). Tensor
-data is never read: the tensor table is walked only to check that the file holds all the bytes it promises.
+data is never read: the tensor table is walked only to count parameters and to check that the file holds all
+the bytes it promises.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import logging
 import math
 import mmap
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 import gguf
 
@@ -40,7 +43,15 @@ _SCALAR_FORMATS: dict[int, str] = {
 _STRING = int(gguf.GGUFValueType.STRING)
 _ARRAY = int(gguf.GGUFValueType.ARRAY)
 
+# Fill-in-the-middle: a file declares it with all three token ids, under today's keys or the older ones.
+_FIM_KEY_SETS = (
+    ("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.fim_mid_token_id"),
+    ("tokenizer.ggml.prefix_token_id", "tokenizer.ggml.suffix_token_id", "tokenizer.ggml.middle_token_id"),
+)
+_CHAT_TEMPLATE = "tokenizer.chat_template"
+
 Scalar = int | float | bool | str
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,17 @@ class GGUFInfo:
     """What a GGUF file says about its model.
 
     ``quantization`` is the file type's name (``Q4_K_M``, ``Q4_1``, ``F16``), None when the file does not
-    say; ``context_length`` is the trained context; ``name`` is ``general.name``.
+    say; ``context_length`` is the trained context; ``name`` is ``general.name``. Any other field is None
+    when the file does not state it:
+
+    - ``parameters``: the sum of every tensor's element count; None for a file without tensors and for one
+      shard of a split model (``split_count`` > 1), which holds only part of them;
+    - ``fim``: the file declares fill-in-the-middle prefix, suffix and middle token ids;
+    - ``license``, ``basename``, ``size_label``: ``general.license``, ``general.basename``,
+      ``general.size_label`` as written (``apache-2.0``, ``smollm2``, ``135M``);
+    - ``embedding_length``, ``head_count``, ``head_count_kv``: ``<arch>.embedding_length`` and
+      ``<arch>.attention.head_count[_kv]``; the head counts are None where the file gives one per layer;
+    - ``split_count``: ``split.count``, how many files the model is split into.
     """
 
     architecture: str
@@ -58,6 +79,21 @@ class GGUFInfo:
     has_chat_template: bool
     name: str | None
     size_bytes: int
+    parameters: int | None = None
+    fim: bool = False
+    license: str | None = None
+    embedding_length: int | None = None
+    head_count: int | None = None
+    head_count_kv: int | None = None
+    split_count: int | None = None
+    basename: str | None = None
+    size_label: str | None = None
+
+
+class _TensorTable(NamedTuple):
+    data_end: int  # the byte offset where the last tensor's data ends
+    parameters: int  # elements in all tensors together
+    n_tensors: int
 
 
 class _Truncated(Exception):
@@ -143,7 +179,21 @@ def read_gguf_info(path: Path) -> GGUFInfo:
     Raises ModelNotFound when there is no such file, and ModelLoadError when it is not a GGUF file, is
     truncated, or has a header that cannot be parsed.
     """
-    path = Path(path)
+    return _read(Path(path), _parse)
+
+
+def read_chat_template(path: Path) -> str | None:
+    """The chat template (``tokenizer.chat_template``) of the GGUF file at ``path``, or None when it has none.
+
+    Reads only the metadata, as fast as ``read_gguf_info``; the tensor table is not walked, so a file cut
+    inside its tensor data is not noticed here. Raises ModelNotFound when there is no such file, and
+    ModelLoadError when it is not a GGUF file or its metadata is truncated or cannot be parsed.
+    """
+    return _read(Path(path), _parse_chat_template)
+
+
+def _read(path: Path, parse: Callable[[Path, mmap.mmap, int], _T]) -> _T:
+    """Open ``path``, check it is a GGUF file and hand its memory map to ``parse``; errors as read_gguf_info's."""
     try:
         size = path.stat().st_size
         if not path.is_file():
@@ -156,7 +206,7 @@ def read_gguf_info(path: Path) -> GGUFInfo:
                     hint="localinfer loads GGUF models: pass a .gguf file, or 'localinfer pull' a model",
                 )
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse(path, buf, size)
+                return parse(path, buf, size)
     except FileNotFoundError:
         raise ModelNotFound(str(path), hint=f"there is no file at {path}") from None
     except OSError as exc:
@@ -165,33 +215,50 @@ def read_gguf_info(path: Path) -> GGUFInfo:
 
 def _parse(path: Path, buf: mmap.mmap, size: int) -> GGUFInfo:
     try:
-        endian = _byte_order(buf)
-        header = _Header(buf, endian)
-        header.pos = 4
-        version = header.u32()
-        if version < 2:
-            raise ModelLoadError(
-                f"{path} is a GGUF version {version} file, which is too old to load",
-                hint="convert the model again with a current llama.cpp",
-            )
-        n_tensors, n_kv = header.u64(), header.u64()
-        if n_tensors > _MAX_COUNT or n_kv > _MAX_COUNT:
-            raise ValueError(f"implausible counts: {n_tensors} tensors, {n_kv} metadata keys")
-        meta: dict[str, Scalar | None] = {}
-        for _ in range(n_kv):
-            key = header.string()
-            meta[key] = header.value(header.u32())
-        needed = _tensor_data_end(header, n_tensors, meta)
+        header, n_tensors, meta = _read_metadata(path, buf)
+        tensors = _walk_tensor_table(header, n_tensors, meta)
     except _Truncated:
         raise _truncated(path, size, None) from None
     except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        raise _unreadable(path, exc) from exc
+    if tensors.data_end > size:
+        raise _truncated(path, size, tensors.data_end)
+    return _info(path, meta, size, tensors)
+
+
+def _parse_chat_template(path: Path, buf: mmap.mmap, size: int) -> str | None:
+    try:
+        _, _, meta = _read_metadata(path, buf)
+    except _Truncated:
+        raise _truncated(path, size, None) from None
+    except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        raise _unreadable(path, exc) from exc
+    template = meta.get(_CHAT_TEMPLATE)
+    return template if isinstance(template, str) else None
+
+
+def _read_metadata(path: Path, buf: mmap.mmap) -> tuple[_Header, int, dict[str, Scalar | None]]:
+    """Read the header up to the tensor table: the cursor (left at the table), the tensor count, the metadata.
+
+    Arrays are skipped and read as None. Raises _Truncated, ValueError or struct.error for a damaged
+    header, and ModelLoadError for a format version too old to load.
+    """
+    header = _Header(buf, _byte_order(buf))
+    header.pos = 4
+    version = header.u32()
+    if version < 2:
         raise ModelLoadError(
-            f"{path} has a GGUF header that cannot be read: {exc}",
-            hint="the file is damaged; download or convert it again",
-        ) from exc
-    if needed > size:
-        raise _truncated(path, size, needed)
-    return _info(path, meta, size)
+            f"{path} is a GGUF version {version} file, which is too old to load",
+            hint="convert the model again with a current llama.cpp",
+        )
+    n_tensors, n_kv = header.u64(), header.u64()
+    if n_tensors > _MAX_COUNT or n_kv > _MAX_COUNT:
+        raise ValueError(f"implausible counts: {n_tensors} tensors, {n_kv} metadata keys")
+    meta: dict[str, Scalar | None] = {}
+    for _ in range(n_kv):
+        key = header.string()
+        meta[key] = header.value(header.u32())
+    return header, n_tensors, meta
 
 
 def _byte_order(buf: mmap.mmap) -> str:
@@ -202,32 +269,40 @@ def _byte_order(buf: mmap.mmap) -> str:
     return "<" if little & 0xFFFF else ">"
 
 
-def _tensor_data_end(header: _Header, n_tensors: int, meta: dict[str, Scalar | None]) -> int:
-    """Walk the tensor table; return the byte offset where the last tensor's data ends."""
+def _walk_tensor_table(header: _Header, n_tensors: int, meta: dict[str, Scalar | None]) -> _TensorTable:
+    """Walk the tensor table: where the last tensor's data ends, and how many elements the tensors hold."""
     alignment = meta.get("general.alignment")
     align = alignment if isinstance(alignment, int) and alignment > 0 else gguf.GGUF_DEFAULT_ALIGNMENT
     end_rel = 0
+    parameters = 0
     for _ in range(n_tensors):
         name = header.string()
         n_dims = header.u32()
         if n_dims > 16:
             raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
-        dims = [header.u64() for _ in range(n_dims)]
+        elements = math.prod(header.u64() for _ in range(n_dims))
         ttype = header.u32()
         offset = header.u64()
-        nbytes = _tensor_bytes(ttype, dims)
-        end_rel = max(end_rel, offset + nbytes)
+        end_rel = max(end_rel, offset + _tensor_bytes(ttype, elements))
+        parameters += elements
     data_start = -(-header.pos // align) * align
-    return data_start + end_rel
+    return _TensorTable(data_end=data_start + end_rel, parameters=parameters, n_tensors=n_tensors)
 
 
-def _tensor_bytes(ttype: int, dims: list[int]) -> int:
+def _tensor_bytes(ttype: int, elements: int) -> int:
     try:
         block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ttype)]
     except (ValueError, KeyError):
         log.debug("unknown tensor type %d: its size is not checked", ttype)
         return 0
-    return int(math.prod(dims)) // int(block) * int(type_size)
+    return elements // int(block) * int(type_size)
+
+
+def _unreadable(path: Path, exc: Exception) -> ModelLoadError:
+    return ModelLoadError(
+        f"{path} has a GGUF header that cannot be read: {exc}",
+        hint="the file is damaged; download or convert it again",
+    )
 
 
 def _truncated(path: Path, size: int, needed: int | None) -> ModelLoadError:
@@ -238,22 +313,32 @@ def _truncated(path: Path, size: int, needed: int | None) -> ModelLoadError:
     )
 
 
-def _info(path: Path, meta: dict[str, Scalar | None], size: int) -> GGUFInfo:
+def _info(path: Path, meta: dict[str, Scalar | None], size: int, tensors: _TensorTable) -> GGUFInfo:
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelLoadError(
             f"{path} does not say its architecture (general.architecture)",
             hint="the file was not written by a GGUF converter localinfer knows; convert the model again",
         )
-    name = meta.get("general.name")
+    split_count = _int_or_none(meta.get("split.count"))
+    whole = tensors.n_tensors > 0 and (split_count is None or split_count <= 1)
     return GGUFInfo(
         architecture=arch,
         quantization=_quantization(meta.get("general.file_type")),
         context_length=_int_or_none(meta.get(f"{arch}.context_length")),
         block_count=_int_or_none(meta.get(f"{arch}.block_count")),
-        has_chat_template=isinstance(meta.get("tokenizer.chat_template"), str),
-        name=name if isinstance(name, str) and name else None,
+        has_chat_template=isinstance(meta.get(_CHAT_TEMPLATE), str),
+        name=_text_or_none(meta.get("general.name")),
         size_bytes=size,
+        parameters=tensors.parameters if whole else None,
+        fim=any(all(_int_or_none(meta.get(key)) is not None for key in keys) for keys in _FIM_KEY_SETS),
+        license=_text_or_none(meta.get("general.license")),
+        embedding_length=_int_or_none(meta.get(f"{arch}.embedding_length")),
+        head_count=_int_or_none(meta.get(f"{arch}.attention.head_count")),
+        head_count_kv=_int_or_none(meta.get(f"{arch}.attention.head_count_kv")),
+        split_count=split_count,
+        basename=_text_or_none(meta.get("general.basename")),
+        size_label=_text_or_none(meta.get("general.size_label")),
     )
 
 
@@ -272,3 +357,8 @@ def _quantization(file_type: Scalar | None) -> str | None:
 
 def _int_or_none(value: Scalar | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text_or_none(value: Scalar | None) -> str | None:
+    """A non-empty string value, else None."""
+    return value if isinstance(value, str) and value else None

@@ -1,0 +1,148 @@
+"""``localinfer show MODEL``: what a model's GGUF file says about it, as text, as JSON, or its chat template."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from localinfer.config import Settings
+from localinfer.errors import LocalInferError
+from localinfer.models.gguf import GGUFInfo, read_chat_template, read_gguf_info
+from localinfer.models.library import ModelLibrary
+from localinfer.models.store import Manifest
+
+_MB = 1_000_000
+_LABEL_WIDTH = 20
+_NO_TEMPLATE = "no chat template: a fallback is used (ChatML or a plain transcript)"
+
+
+def add_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "show",
+        help="show a model's architecture, parameters, capabilities, license and files",
+        description="Show what a model's GGUF file says about it: architecture, parameters, capabilities, "
+        "license, source and files.",
+    )
+    p.add_argument("model", help="a registered model name or the path of a .gguf file")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    output.add_argument("--template", action="store_true", help="print only the model's chat template")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the model's facts; exit status 0.
+
+    Raises ModelNotFound for a model that is neither registered nor a GGUF file, ModelLoadError for a file
+    that is corrupt or truncated, and LocalInferError for ``--template`` on a model without a chat template.
+    """
+    manifest = _resolve(settings, args.model)
+    if args.template:
+        template = read_chat_template(manifest.path)
+        if template is None:
+            raise LocalInferError(
+                f"model '{manifest.name}' has no chat template",
+                hint="chat with this model uses a fallback format (ChatML or a plain transcript)",
+            )
+        print(template, end="" if template.endswith("\n") else "\n")
+        return 0
+    info = read_gguf_info(manifest.path)
+    if args.json:
+        print(json.dumps(as_json(manifest, info), indent=2))
+    else:
+        print(render(manifest, info))
+    return 0
+
+
+def _resolve(settings: Settings, name: str) -> Manifest:
+    """The manifest of a model name (registered, or another tool's found on disk) or of a GGUF file path.
+
+    Raises ModelNotFound.
+    """
+    return ModelLibrary.from_settings(settings).resolve(name)
+
+
+def capabilities(info: GGUFInfo) -> list[str]:
+    """What the model can be asked to do: always ``completion`` and ``chat``, and ``insert`` when it has FIM."""
+    return ["completion", "chat", *(["insert"] if info.fim else [])]
+
+
+def as_json(manifest: Manifest, info: GGUFInfo) -> dict[str, Any]:
+    """The facts ``render`` shows, as raw values (None where the file does not state one)."""
+    return {
+        "name": manifest.name,
+        "architecture": info.architecture,
+        "parameters": info.parameters,
+        "size_label": info.size_label,
+        "basename": info.basename,
+        "general_name": info.name,
+        "quantization": info.quantization or manifest.quantization,
+        "context_length": info.context_length,
+        "embedding_length": info.embedding_length,
+        "block_count": info.block_count,
+        "head_count": info.head_count,
+        "head_count_kv": info.head_count_kv,
+        "capabilities": capabilities(info),
+        "has_chat_template": info.has_chat_template,
+        "fim": info.fim,
+        "license": info.license,
+        "source": manifest.source,
+        "split_count": info.split_count,
+        "files": [{"path": str(f.path), "size": f.size, "sha256": f.sha256} for f in manifest.files],
+    }
+
+
+def render(manifest: Manifest, info: GGUFInfo) -> str:
+    """The facts as indented sections (Model, Capabilities, License, Source, Files); unknown facts are left out."""
+    model: list[tuple[str, str | None]] = [
+        ("name", manifest.name),
+        ("architecture", info.architecture),
+        ("parameters", format_parameters(info.parameters) if info.parameters is not None else info.size_label),
+        ("quantization", info.quantization or manifest.quantization),
+        ("context length", _str_or_none(info.context_length)),
+        ("embedding length", _str_or_none(info.embedding_length)),
+        ("layers", _str_or_none(info.block_count)),
+        ("attention heads", _heads(info.head_count, info.head_count_kv)),
+    ]
+    chat = "the file has a chat template" if info.has_chat_template else _NO_TEMPLATE
+    caps: list[tuple[str, str | None]] = [("completion", None), ("chat", chat)]
+    if info.fim:
+        caps.append(("insert (FIM)", "fill-in-the-middle tokens"))
+    files = [f"{f.path}  {f.size / _MB:.1f} MB" for f in manifest.files]
+    lines = [
+        *_section("Model", [_row(label, value) for label, value in model if value is not None]),
+        *_section("Capabilities", [_row(label, value) for label, value in caps]),
+        *_section("License", [info.license or "not stated in the file"]),
+        *_section("Source", [manifest.source]),
+        *_section("Files", files),
+    ]
+    return "\n".join(lines).rstrip("\n")
+
+
+def format_parameters(count: int) -> str:
+    """A parameter count the way model cards write it: ``134.5M``, ``1.2B``, ``950K``; below 1000 as is."""
+    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if round(count / scale, 1) >= 1:
+            return f"{count / scale:.1f}".removesuffix(".0") + suffix
+    return str(count)
+
+
+def _heads(head_count: int | None, head_count_kv: int | None) -> str | None:
+    if head_count is None:
+        return None
+    if head_count_kv is None or head_count_kv == head_count:
+        return str(head_count)
+    return f"{head_count} ({head_count_kv} for keys and values)"
+
+
+def _section(title: str, rows: list[str]) -> list[str]:
+    return [f"  {title}", *(f"    {row}" for row in rows), ""]
+
+
+def _row(label: str, value: str | None) -> str:
+    return label if value is None else f"{label.ljust(_LABEL_WIDTH)}{value}"
+
+
+def _str_or_none(value: int | None) -> str | None:
+    return None if value is None else str(value)
