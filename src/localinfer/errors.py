@@ -46,6 +46,14 @@ class PullError(LocalInferError):
     """A model could not be fetched or registered; nothing half-written is left behind."""
 
 
+class HubUnreachable(PullError):
+    """The Hugging Face Hub could not be reached (no network, a wrong HF_ENDPOINT, a proxy refusing)."""
+
+
+class DiskFull(PullError):
+    """There is not enough free disk space for a download."""
+
+
 class InvalidRequest(LocalInferError):
     """A request the model cannot serve as asked. ``param`` names the offending field, if one does."""
 

@@ -64,6 +64,14 @@ def test_a_store_moved_elsewhere_still_finds_its_blobs(tmp_path: Path) -> None:
     assert manifest is not None and manifest.files_present()
 
 
+def test_a_name_with_a_slash_round_trips(tmp_path: Path) -> None:
+    store = ModelStore(tmp_path)
+    store.register(blob_manifest(store, "bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"))
+    manifest = store.get("bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M")
+    assert manifest is not None and manifest.name == "bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"
+    assert [p.parent for p in (tmp_path / "manifests").iterdir()] == [tmp_path / "manifests"]
+
+
 def test_a_name_with_a_colon_round_trips(tmp_path: Path) -> None:
     store = ModelStore(tmp_path)
     store.register(blob_manifest(store, "llama3:8b-q4"))
@@ -72,7 +80,9 @@ def test_a_name_with_a_colon_round_trips(tmp_path: Path) -> None:
     assert not any(":" in p.name for p in (tmp_path / "manifests").iterdir())
 
 
-@pytest.mark.parametrize("bad", ["", "../escape", "a/b", "-flag", ".hidden", "with space", "x" * 129])
+@pytest.mark.parametrize(
+    "bad", ["", "../escape", "a/../b", "a//b", "/abs", "-flag", ".hidden", "with space", "x" * 201]
+)
 def test_register_rejects_a_bad_name_with_a_hint(tmp_path: Path, bad: str) -> None:
     store = ModelStore(tmp_path)
     manifest = blob_manifest(store, "ok")

@@ -2,7 +2,7 @@
 
 Layout under ``root`` (``settings.models_dir``)::
 
-    manifests/<name>.json     one per registered model (':' in a name is written as '+' in the filename)
+    manifests/<name>.json     one per registered model (':' and '/' in a name are written as '+' and '~')
     blobs/sha256-<hex>        model files the store owns (pulled ones); files used in place live elsewhere
     tmp/                      partial downloads; anything here is garbage once no pull is running
 
@@ -20,24 +20,30 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from localinfer.errors import ModelNotFound, PullError
 
 log = logging.getLogger(__name__)
 
 MANIFEST_SCHEMA = 1
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:-]{0,127}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9._:-]|/(?![./]))*$")
+_NAME_MAX = 200
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
 class ModelFile:
-    """One file of a model: where it is, how many bytes, and its sha256 (``None`` when never computed)."""
+    """One file of a model: where it is, how many bytes, and its sha256 (``None`` when never computed).
+
+    ``owned`` is True for a file localinfer downloaded outside its own blobs (into the Hugging Face cache):
+    removing the last model that uses it deletes it. Files that were on disk before are never deleted.
+    """
 
     path: Path
     size: int
     sha256: str | None
+    owned: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,22 +73,31 @@ class Manifest:
         return all(_has_size(f.path, f.size) for f in self.files)
 
 
+class ModelSource(Protocol):
+    """Where the engine finds models by name: the store alone, or the store plus discovered models."""
+
+    def list(self) -> list[Manifest]: ...
+
+    def resolve(self, ref: str) -> Manifest: ...
+
+
 def validate_name(name: str) -> str:
     """Return ``name`` when it can be a model name, else raise PullError with a hint.
 
-    A name has 1 to 128 letters, digits, '.', '_', '-' or ':', and starts with a letter, digit or '_'.
+    A name has 1 to 200 letters, digits, '.', '_', '-', ':' or '/', starts with a letter, digit or '_',
+    and no '/' is followed by '.' or another '/' (``org/repo:Q4_K_M`` is a name).
     """
-    if not _NAME_RE.match(name):
+    if not is_valid_name(name):
         raise PullError(
             f"'{name}' cannot be a model name",
-            hint="use up to 128 letters, digits, '.', '_', '-' or ':', not starting with '.', '-' or ':' "
-            "(e.g. --name my-model:q4)",
+            hint="use up to 200 letters, digits, '.', '_', '-', ':' or '/', not starting with '.', '-', ':' "
+            "or '/' (e.g. --name my-model:q4)",
         )
     return name
 
 
 def is_valid_name(name: str) -> bool:
-    return bool(_NAME_RE.match(name))
+    return len(name) <= _NAME_MAX and bool(_NAME_RE.match(name))
 
 
 class ModelStore:
@@ -140,7 +155,10 @@ class ModelStore:
         log.info("registered model %s -> %s", manifest.name, manifest.path)
 
     def remove(self, name: str) -> None:
-        """Unregister ``name`` and delete its blobs that no other manifest uses; files used in place are kept.
+        """Unregister ``name`` and delete the files it owns that no other manifest uses.
+
+        Owned files are the store's blobs and files localinfer downloaded into the Hugging Face cache
+        (with their cache blob when no other snapshot links to it); files used in place are kept.
 
         Raises ModelNotFound when no such model is registered.
         """
@@ -150,8 +168,12 @@ class ModelStore:
         self._manifest_path(name).unlink(missing_ok=True)
         still_used = {f.path for m in self.list() for f in m.files}
         for f in manifest.files:
-            if f.path.parent == self.blobs_dir and f.path not in still_used:
+            if f.path in still_used:
+                continue
+            if f.path.parent == self.blobs_dir:
                 f.path.unlink(missing_ok=True)
+            elif f.owned:
+                _remove_cached_file(f.path)
         log.info("removed model %s", name)
 
     def resolve(self, ref: str) -> Manifest:
@@ -193,7 +215,7 @@ class ModelStore:
     # -- manifest files ---------------------------------------------------------------------------------
 
     def _manifest_path(self, name: str) -> Path:
-        return self.manifests_dir / (name.replace(":", "+") + ".json")
+        return self.manifests_dir / (name.replace(":", "+").replace("/", "~") + ".json")
 
     def _to_json(self, manifest: Manifest) -> dict[str, Any]:
         return {
@@ -201,7 +223,10 @@ class ModelStore:
             "name": manifest.name,
             "source": manifest.source,
             "format": manifest.format,
-            "files": [{"path": self._store_path(f.path), "size": f.size, "sha256": f.sha256} for f in manifest.files],
+            "files": [
+                {"path": self._store_path(f.path), "size": f.size, "sha256": f.sha256, "owned": f.owned}
+                for f in manifest.files
+            ],
             "quantization": manifest.quantization,
             "created": manifest.created,
             "revision": manifest.revision,
@@ -217,7 +242,12 @@ class ModelStore:
             return None
         try:
             files = tuple(
-                ModelFile(path=self._load_path(f["path"]), size=int(f["size"]), sha256=f.get("sha256"))
+                ModelFile(
+                    path=self._load_path(f["path"]),
+                    size=int(f["size"]),
+                    sha256=f.get("sha256"),
+                    owned=bool(f.get("owned", False)),
+                )
                 for f in data["files"]
             )
             if not files:
@@ -276,3 +306,18 @@ def _has_size(path: Path, size: int) -> bool:
         return path.stat().st_size == size
     except OSError:
         return False
+
+
+def _remove_cached_file(pointer: Path) -> None:
+    """Delete a snapshot link and, when no other snapshot of its repository links to it, its blob."""
+    if not pointer.is_symlink():
+        pointer.unlink(missing_ok=True)
+        return
+    blob = pointer.resolve()
+    pointer.unlink()
+    snapshots = next((p for p in pointer.parents if p.name == "snapshots"), None)
+    if snapshots is not None:
+        for other in snapshots.rglob("*"):
+            if other.is_symlink() and other.resolve() == blob:
+                return
+    blob.unlink(missing_ok=True)
