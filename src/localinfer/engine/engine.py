@@ -19,7 +19,7 @@ from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.config import Settings
 from localinfer.engine.templates import ChatTemplate
 from localinfer.errors import LocalInferError, ModelNotReady
-from localinfer.models.store import Manifest, ModelStore
+from localinfer.models.store import Manifest, ModelSource
 from localinfer.types import ChatRequest, CompletionRequest, GenerationRequest, ModelInfo, TokenStream
 
 log = logging.getLogger(__name__)
@@ -39,9 +39,9 @@ class Runner:
 
 
 class Engine:
-    def __init__(self, settings: Settings, store: ModelStore, backend_factory: BackendFactory = LlamaCppBackend):
+    def __init__(self, settings: Settings, models: ModelSource, backend_factory: BackendFactory = LlamaCppBackend):
         self._settings = settings
-        self._store = store
+        self._models = models
         self._backend_factory = backend_factory
         self._runners: dict[str, Runner] = {}
         self._loading: set[asyncio.Task[None]] = set()
@@ -98,7 +98,7 @@ class Engine:
         """The loaded runner for ``model``, loading it on first use. Raises ModelNotFound, ModelLoadError."""
         runner = self._runners.get(model)
         if runner is None:
-            runner = self.preload(self._store.resolve(model))
+            runner = self.preload(self._models.resolve(model))
         await asyncio.shield(runner.ready)
         return runner
 
@@ -111,10 +111,10 @@ class Engine:
         return sum((r.backend.slot_usage() for r in self._runners.values() if r.ready.done()), SlotUsage())
 
     def models(self) -> list[ModelInfo]:
-        """Registered models, and models served from a path, with whether each is loaded."""
-        infos = {m.name: m for m in self._store.list()}
+        """Every model the engine can serve, with whether each is loaded: loaded ones first, then by name."""
+        infos = {m.name: m for m in self._models.list()}
         infos.update({name: r.manifest for name, r in self._runners.items()})
-        return [
+        models = [
             ModelInfo(
                 name=m.name,
                 path=str(m.path),
@@ -124,8 +124,9 @@ class Engine:
                 loaded=m.name in self._runners and self._runners[m.name].ready.done(),
                 created=m.created,
             )
-            for m in sorted(infos.values(), key=lambda m: m.name)
+            for m in infos.values()
         ]
+        return sorted(models, key=lambda m: (not m.loaded, m.name))
 
     async def chat(self, request: ChatRequest) -> TokenStream:
         runner = await self.runner(request.model)

