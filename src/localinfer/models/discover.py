@@ -7,6 +7,7 @@ Directory symlinks are not followed while walking (no loops); file symlinks are 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -246,7 +247,7 @@ def _manifest(
         return None
     try:
         stats = [p.stat() for p in paths]
-        info = read_gguf_info(paths[0])
+        quantization = _header_quantization(paths[0], stats[0].st_size, stats[0].st_mtime_ns)
         for part in paths[1:]:
             with part.open("rb") as fh:
                 if fh.read(4) != b"GGUF":
@@ -259,10 +260,17 @@ def _manifest(
         source=source,
         format="gguf",
         files=tuple(ModelFile(path=p, size=s.st_size, sha256=h) for p, s, h in zip(paths, stats, hashes, strict=True)),
-        quantization=info.quantization or quant_label(paths[0].name),
+        quantization=quantization or quant_label(paths[0].name),
         created=int(stats[0].st_mtime),
         revision=revision,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _header_quantization(path: Path, size: int, mtime_ns: int) -> str | None:
+    """The quantization a GGUF header states; remembered per path, size and mtime, because ``ls``,
+    ``/v1/models`` and every lookup of a discovered name scan again. Raises what ``read_gguf_info`` raises."""
+    return read_gguf_info(path).quantization
 
 
 def _optional(manifest: Manifest | None) -> Iterator[Manifest]:

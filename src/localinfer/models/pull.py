@@ -75,8 +75,8 @@ def pull_hub(store: ModelStore, hub: HubClient, ref: HubRef, *, name: str, progr
     progress(ProgressEvent(f"pulling manifest of {ref.repo_id}"))
     listing = hub.list_repo(ref.repo_id, ref.revision)
     group, reason = _choose(listing, ref)
-    files = [listing.get(path) for path in group.paths]
-    remote = [f for f in files if f is not None]
+    by_path = {f.path: f for f in listing.files}
+    remote = [by_path[path] for path in group.paths]
     total = sum(f.size for f in remote)
     parts = f" in {len(remote)} parts" if len(remote) > 1 else ""
     progress(ProgressEvent(f"using {group.main} ({total / 1e6:.1f} MB{parts}): {reason}"))

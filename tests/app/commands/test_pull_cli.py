@@ -166,6 +166,18 @@ def test_no_network_is_one_line_naming_the_endpoint(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_hf_hub_offline_uses_only_the_cache_and_says_what_is_missing(tmp_path: Path) -> None:
+    env = {**hub_env("http://127.0.0.1:9", tmp_path), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(pull_command(SMOL_REPO, "--quiet"), env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    first, second = result.stderr.splitlines()
+    assert (
+        first == f"localinfer: {SMOL_REPO} is not in the Hugging Face cache ({tmp_path / 'hf' / 'hub'}) and "
+        "HF_HUB_OFFLINE is set"
+    )
+    assert second.startswith("hint: unset HF_HUB_OFFLINE")
+
+
 def test_catalog_lists_short_names(tmp_path: Path) -> None:
     result = subprocess.run(
         pull_command("--catalog"), env=hub_env("http://127.0.0.1:9", tmp_path), capture_output=True, text=True
