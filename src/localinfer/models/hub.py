@@ -244,7 +244,7 @@ class HubClient:
             progress(ProgressEvent(status, total=file.size, completed=have, digest=file.sha256))
             before = have
             try:
-                have = self._stream(url, partial, have, digest, file, status, progress)
+                have = self._stream(url, listing.repo_id, partial, have, digest, file, status, progress)
             except _TRANSPORT_ERRORS as exc:
                 log.info("download of %s broke at byte %d (%s): resuming", file.path, have, exc)
                 have = _size(partial) or 0
@@ -269,6 +269,7 @@ class HubClient:
     def _stream(
         self,
         url: str,
+        repo_id: str,
         partial: Path,
         have: int,
         digest: _Digest,
@@ -283,9 +284,7 @@ class HubClient:
         if have:
             headers["Range"] = f"bytes={have}-"
         with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=self.timeout) as resp:
-            if resp.status_code == 416 and have == file.size:
-                return have
-            with self._hub_errors(file.path, None):
+            with self._hub_errors(repo_id, None):
                 hf_raise_for_status(resp)
             if have and resp.status_code != 206:
                 log.info("the server ignored the Range request for %s: starting over", file.path)
