@@ -171,8 +171,8 @@ class HubStandIn:
 
         Paths may contain folders (``"sub/x.gguf"``). ``Path`` values are served from disk, read at each request,
         never held in memory. The sha (40 hex) is derived from the repo id and the files' contents, so it is the same
-        on every run. A ``gated`` repo answers ``GatedRepo`` to every request without ``valid_token`` (info, tree and
-        resolve); its files' CDN urls need no token.
+        on every run. A ``gated`` repo, like one on the real Hub, shows its info and tree to anyone but answers
+        ``GatedRepo`` to a download (resolve) without ``valid_token``; its files' CDN urls need no token.
         """
         entries = {path: _describe(path, source) for path, source in files.items()}
         commit = hashlib.sha1(repo_id.encode())
@@ -338,7 +338,6 @@ class _Handler(BaseHTTPRequestHandler):
         if found is None:
             raise _HubError(404, "RepoNotFound", "Repository not found")
         repo, rest = found
-        self._check_access(repo)
         if not rest:
             self._send_json(200, self._model_info(repo, blobs=_truthy(query.get("blobs"))), head=head)
         elif len(rest) == 2 and rest[0] == "revision":

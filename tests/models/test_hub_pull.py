@@ -199,10 +199,11 @@ def test_a_corrupted_byte_fails_the_checksum_and_leaves_nothing_behind(
 def test_a_gated_repository_needs_a_token(
     hub: HubStandIn, client: HubClient, store: ModelStore, settings: Settings, cache: Path
 ) -> None:
-    with pytest.raises(PullError, match="gated") as excinfo:
+    with pytest.raises(PullError, match=f"^{GATED} is a gated repository") as excinfo:
         pull(store, GATED, settings, hub=client)
     assert "HF_TOKEN" in excinfo.value.hint
     assert store.list() == []
+    assert hub.bytes_served(GATED, "Llama-Gated-Q8_0.gguf") == 0
     with_token = HubClient(endpoint=hub.url, cache_dir=cache, token=hub.valid_token, offline=False)
     assert pull(store, GATED, settings, hub=with_token).path.name == "Llama-Gated-Q8_0.gguf"
 

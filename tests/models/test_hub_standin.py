@@ -273,11 +273,10 @@ def test_gated_repo_download_without_token_raises_gated_repo_error(model_file: P
             download(hub, tmp_path / "cache", MODEL, repo="org/gated")
 
 
-def test_gated_repo_info_without_token_raises_gated_repo_error(model_file: Path) -> None:
+def test_gated_repo_info_is_public_as_on_the_real_hub(model_file: Path) -> None:
     with HubStandIn() as hub:
         hub.add_repo("org/gated", {MODEL: model_file}, gated=True)
-        with pytest.raises(GatedRepoError):
-            HfApi(endpoint=hub.url).model_info("org/gated", token=False)
+        assert HfApi(endpoint=hub.url).model_info("org/gated", token=False).gated == "manual"
 
 
 def test_gated_repo_downloads_with_the_valid_token(model_file: Path, tmp_path: Path, model_bytes: bytes) -> None:
