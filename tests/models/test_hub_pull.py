@@ -17,9 +17,10 @@ import pytest
 from huggingface_hub import hf_hub_download
 
 from localinfer.config import Settings
-from localinfer.errors import DiskFull, HubUnreachable, PullError
+from localinfer.errors import DiskFull, HubUnreachable, ModelNotFound, PullError
 from localinfer.models.hub import HubClient
-from localinfer.models.pull import pull
+from localinfer.models.library import ModelLibrary
+from localinfer.models.pull import ensure_model, pull
 from localinfer.models.store import Manifest, ModelStore
 from localinfer.progress import ProgressEvent
 from tests.app.server.conftest import serving
@@ -315,3 +316,25 @@ def test_a_split_model_is_pulled_whole_and_answers(
         chat = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused")
         reply = chat.completions.create(model=SPLIT, prompt="The capital of France is", max_tokens=6, temperature=0)
     assert "Paris" in reply.choices[0].text
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_clear_error(
+    hub: HubStandIn, store: ModelStore, settings: Settings, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache should be")
+    client = HubClient(endpoint=hub.url, cache_dir=blocked / "hub", offline=False)
+    with pytest.raises(PullError, match="cannot write to the Hugging Face cache") as excinfo:
+        pull(store, f"{THEBLOKE}:Q8_0", settings, hub=client)
+    assert "HF_HUB_CACHE" in excinfo.value.hint
+    assert store.list() == []
+
+
+def test_ensure_model_pulls_a_hub_reference_that_is_not_here_yet(
+    client: HubClient, store: ModelStore, settings: Settings
+) -> None:
+    library = ModelLibrary(store, None)
+    manifest = ensure_model(library, f"{THEBLOKE}:Q8_0", settings, hub=client)
+    assert manifest.name == f"{THEBLOKE}:Q8_0" and store.get(manifest.name) == manifest
+    with pytest.raises(ModelNotFound):
+        ensure_model(library, "no-such-model", settings, hub=client)

@@ -175,8 +175,9 @@ class HubClient:
 
     def check_disk_space(self, needed: int) -> None:
         """Raise DiskFull when the cache's disk has less than ``needed`` bytes (plus a margin) free."""
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        free = shutil.disk_usage(self.cache_dir).free
+        with self._cache_errors():
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(self.cache_dir).free
         if needed and free < needed + DISK_MARGIN:
             raise DiskFull(
                 f"not enough disk space: the download needs {needed / 1e9:.2f} GB and {self.cache_dir} "
@@ -195,7 +196,7 @@ class HubClient:
         blob = self.blob_path(listing.repo_id, file)
         pointer = repo_dir / "snapshots" / listing.commit / file.path
         downloaded = False
-        with self._lock(repo_dir, file.etag, file.path, progress):
+        with self._cache_errors(), self._lock(repo_dir, file.etag, file.path, progress):
             if _size(blob) != file.size:
                 if self.offline:
                     raise PullError(
@@ -326,6 +327,23 @@ class HubClient:
             yield
         finally:
             lock.release()
+
+    @contextlib.contextmanager
+    def _cache_errors(self) -> Iterator[None]:
+        """Turn a cache folder that cannot be written (permissions, a file in the way) into one PullError."""
+        try:
+            yield
+        except OSError as exc:
+            if isinstance(exc, _TRANSPORT_ERRORS):
+                raise
+            if exc.errno == errno.ENOSPC:
+                raise DiskFull(
+                    f"the disk of {self.cache_dir} is full", hint="free some space and run the same command again"
+                ) from exc
+            raise PullError(
+                f"cannot write to the Hugging Face cache {self.cache_dir}: {exc.strerror or exc}",
+                hint="check that folder's permissions, or point HF_HUB_CACHE at a writable folder",
+            ) from exc
 
     @contextlib.contextmanager
     def _hub_errors(self, repo_id: str, revision: str | None) -> Iterator[None]:

@@ -161,29 +161,40 @@ def ensure_model(
     ref_or_name: str,
     settings: Settings,
     progress: ProgressSink = ignore_progress,
+    hub: HubClient | None = None,
 ) -> Manifest:
     """The manifest for a model name (registered or discovered) or a ``.gguf`` path, whose files are all present.
 
-    Only the starter model (the name ``STARTER_MODEL``, the default ``settings.model``) is pulled on demand,
-    from ``settings.starter_source``, when it is absent or its file went missing. Raises ModelNotFound for any
-    other model that is not registered or whose file is gone, and PullError when pulling the starter fails.
+    What is not here is pulled on demand, as ``llama-server -hf`` and ``ollama run`` do, when it can be: the
+    starter model (the name ``STARTER_MODEL``, the default ``settings.model``) from ``settings.starter_source``,
+    and a Hub reference or catalog name (``org/repo:Q4_K_M``, ``llama3.2:1b``) from the Hub. Raises
+    ModelNotFound for anything else that is not here, and PullError when the pull fails.
     """
     try:
         manifest: Manifest | None = library.resolve(ref_or_name)
     except ModelNotFound:
-        if ref_or_name != STARTER_MODEL:
-            raise
         manifest = None
     if manifest is not None and manifest.files_present():
         return manifest
-    if ref_or_name != STARTER_MODEL:
-        assert manifest is not None
-        raise ModelNotFound(
-            ref_or_name,
-            hint=f"its file {manifest.path} is missing or changed size; pull it again, or 'localinfer rm' it",
-        )
-    log.info("the starter model %s is not here yet: pulling %s", STARTER_MODEL, settings.starter_source)
-    return pull(library.store, settings.starter_source, settings, name=STARTER_MODEL, progress=progress)
+    if ref_or_name == STARTER_MODEL:
+        log.info("the starter model %s is not here yet: pulling %s", STARTER_MODEL, settings.starter_source)
+        return pull(library.store, settings.starter_source, settings, name=STARTER_MODEL, progress=progress)
+    if _is_hub_ref(ref_or_name):
+        log.info("%s is not here yet: pulling it", ref_or_name)
+        return pull(library.store, ref_or_name, settings, progress=progress, hub=hub)
+    if manifest is None:
+        raise ModelNotFound(ref_or_name)
+    raise ModelNotFound(
+        ref_or_name,
+        hint=f"its file {manifest.path} is missing or changed size; pull it again, or 'localinfer rm' it",
+    )
+
+
+def _is_hub_ref(text: str) -> bool:
+    try:
+        return isinstance(parse_ref(text).ref, HubRef)
+    except PullError:
+        return False
 
 
 def _register_local(store: ModelStore, path: Path, *, name: str, progress: ProgressSink) -> Manifest:

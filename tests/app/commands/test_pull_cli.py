@@ -12,9 +12,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
 from localinfer.models.store import Manifest, ModelStore
+from tests.app.server.conftest import serving
 from tests.hub_standin import HubStandIn
 
 GEMMA_REPO = "ggml-org/gemma-3-270m-GGUF"
@@ -196,3 +198,15 @@ def test_ls_json_shows_a_pulled_model_with_its_origin(hub: HubStandIn, tmp_path:
     )
     entry = next(m for m in json.loads(listed.stdout) if m["name"] == SMOL_REPO)
     assert entry["origin"] == "hf" and entry["quantization"] == "Q4_1" and entry["present"]
+
+
+@pytest.mark.model
+def test_serve_pulls_a_hub_model_that_is_not_here_yet_and_answers(hub: HubStandIn, tmp_path: Path) -> None:
+    env = hub_env(hub.url, tmp_path)
+    with serving(SMOL_REPO, tmp_path / "home", tmp_path, "--ctx-size", "512", env=env) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+        prompt = "The capital of France is"
+        reply = client.completions.create(model=SMOL_REPO, prompt=prompt, max_tokens=6, temperature=0)
+        assert "Paris" in reply.choices[0].text
+        assert f"using {SMOL_FILE}" in server.output()
+    assert ModelStore(tmp_path / "home" / "models").get(SMOL_REPO) is not None

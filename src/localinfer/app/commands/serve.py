@@ -27,7 +27,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "model",
         nargs="?",
-        help="a registered model name or a path to a .gguf file (default: the starter model)",
+        help="a model name (localinfer ls), a .gguf path, or a Hub reference or catalog name to pull first "
+        "(default: the starter model)",
     )
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (default 8080)")
