@@ -60,23 +60,30 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def interrupt_pull(hub: HubStandIn, env: dict[str, str], partial: Path, *, at_bytes: int, sig: int) -> str:
+    """Run ``localinfer pull`` of Gemma slowly, send ``sig`` once ``partial`` holds ``at_bytes``; its stderr."""
+    hub.rate_limit = 40_000_000
+    try:
+        process = subprocess.Popen(pull_command(GEMMA_REPO), env=env, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while (not partial.exists() or partial.stat().st_size < at_bytes) and time.monotonic() < deadline:
+            assert process.poll() is None, "the pull ended before it could be interrupted"
+            time.sleep(0.05)
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=20)
+        assert process.returncode == (130 if sig == signal.SIGINT else -sig)
+        return stderr
+    finally:
+        hub.rate_limit = None
+
+
 @pytest.mark.model
 def test_a_pull_killed_half_way_resumes_from_the_bytes_on_disk(
     hub: HubStandIn, tmp_path: Path, gemma3: Manifest
 ) -> None:
     env = hub_env(hub.url, tmp_path)
     partial = blob_dir(tmp_path, GEMMA_REPO) / f"{gemma3.files[0].sha256}.incomplete"
-    hub.rate_limit = 40_000_000
-    try:
-        process = subprocess.Popen(pull_command(GEMMA_REPO), env=env, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while (not partial.exists() or partial.stat().st_size < 80_000_000) and time.monotonic() < deadline:
-            assert process.poll() is None, "the pull ended before it could be killed"
-            time.sleep(0.05)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
-    finally:
-        hub.rate_limit = None
+    interrupt_pull(hub, env, partial, at_bytes=80_000_000, sig=signal.SIGKILL)
     kept = partial.stat().st_size
     assert 80_000_000 <= kept < gemma3.size
     served_before = hub.bytes_served(GEMMA_REPO, GEMMA_FILE)
@@ -97,19 +104,8 @@ def test_a_pull_killed_half_way_resumes_from_the_bytes_on_disk(
 def test_ctrl_c_keeps_the_partial_download_and_says_how_to_resume(
     hub: HubStandIn, tmp_path: Path, gemma3: Manifest
 ) -> None:
-    env = hub_env(hub.url, tmp_path)
     partial = blob_dir(tmp_path, GEMMA_REPO) / f"{gemma3.files[0].sha256}.incomplete"
-    hub.rate_limit = 20_000_000
-    try:
-        process = subprocess.Popen(pull_command(GEMMA_REPO), env=env, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while (not partial.exists() or partial.stat().st_size < 10_000_000) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=20)
-    finally:
-        hub.rate_limit = None
-    assert process.returncode == 130
+    stderr = interrupt_pull(hub, hub_env(hub.url, tmp_path), partial, at_bytes=10_000_000, sig=signal.SIGINT)
     assert "pull interrupted" in stderr and f"hint: run 'localinfer pull {GEMMA_REPO}' again to resume" in stderr
     assert "Traceback" not in stderr
     assert partial.stat().st_size >= 10_000_000
