@@ -188,6 +188,9 @@ class HubClient:
     def fetch(self, listing: RepoListing, file: RemoteFile, progress: ProgressSink) -> FetchedFile:
         """Make ``file`` present in the cache and linked from the listing's snapshot; download what is missing.
 
+        The caller checks the disk space first, for all of a model's files at once (``missing_bytes``,
+        ``check_disk_space``); a disk that fills anyway raises DiskFull and keeps the partial file.
+
         Raises PullError (a checksum mismatch, the file gone from the Hub, offline without it), DiskFull,
         or HubUnreachable; the bytes already on disk stay for the next try, except a file that fails the
         checksum, which is deleted.
@@ -237,7 +240,6 @@ class HubClient:
             log.info("resuming %s from byte %d", file.path, have)
             progress(ProgressEvent(f"checking the {have / 1e6:.1f} MB already downloaded of {file.path}"))
             digest.update_from_file(partial)
-        self.check_disk_space(file.size - have)
         url = hf_hub_url(listing.repo_id, file.path, revision=listing.commit, endpoint=self.endpoint)
         status = f"pulling {file.path}"
         failures = 0

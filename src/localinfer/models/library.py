@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from localinfer.config import Settings
+from localinfer.errors import ModelNotFound
 from localinfer.models.discover import DiscoveryRoots, default_roots, discover
 from localinfer.models.store import Manifest, ModelStore
 
@@ -52,17 +53,18 @@ class ModelLibrary:
         return [*self.store.list(), *self.discovered()]
 
     def resolve(self, ref: str) -> Manifest:
-        """A registered name, a discovered model's name, or the path of a GGUF file (in that order).
+        """A registered name, the path of a GGUF file, or a discovered model's name (in that order; the disk
+        scan runs only when the first two fail).
 
         Raises ModelNotFound otherwise.
         """
-        manifest = self.store.get(ref)
-        if manifest is not None:
-            return manifest
-        found = next((m for m in self.discovered() if m.name == ref), None)
-        if found is not None:
+        try:
+            return self.store.resolve(ref)
+        except ModelNotFound:
+            found = next((m for m in self.discovered() if m.name == ref), None)
+            if found is None:
+                raise
             return found
-        return self.store.resolve(ref)
 
 
 def _real(path: Path) -> Path:
