@@ -47,6 +47,7 @@ class GenerationOptions:
     stop: tuple[str, ...] = ()
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     ignore_eos: bool = False
+    cache_prompt: bool = True  # llama-server's switch: False computes the whole prompt, ignoring a cached prefix
 
 
 @dataclass(frozen=True)

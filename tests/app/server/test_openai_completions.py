@@ -111,16 +111,17 @@ def test_gemma3_sliding_window_cache_reuses_a_prefix_after_a_long_reply(gemma_se
     """Gemma 3 attends through a 512-token sliding window whose cache keeps only the last ~1,024 positions: after
     a reply of 800 tokens, the cells of the prompt are gone and cannot be rolled back to. The slot's checkpoint of
     the window, taken when the prompt was prefilled, lets the next request sharing the prompt compute only its
-    new tail."""
+    new tail, and the reply is the one the whole prompt computed afresh (``cache_prompt: false``) gives."""
     document = " ".join(f"Entry {i}: the lighthouse keeper logged the weather." for i in range(25))
 
-    def complete(prompt: str, max_tokens: int) -> dict[str, Any]:
+    def complete(prompt: str, max_tokens: int, cache_prompt: bool = True) -> dict[str, Any]:
         body = {
             "model": "gemma-3-270m-q4_k_m",
             "prompt": prompt,
             "max_tokens": max_tokens,
             "temperature": 0,
             "ignore_eos": True,
+            "cache_prompt": cache_prompt,
         }
         response = httpx.post(f"{gemma_server.url}/v1/completions", json=body, timeout=300)
         assert response.status_code == 200, response.text
@@ -129,6 +130,9 @@ def test_gemma3_sliding_window_cache_reuses_a_prefix_after_a_long_reply(gemma_se
 
     first = complete(document, 800)
     second = complete(document + " Then the storm came.", 4)
+    afresh = complete(document + " Then the storm came.", 4, cache_prompt=False)
     assert 250 < first["usage"]["prompt_tokens"] < 512
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] - 1
-    assert second["timings"]["prompt_ms"] < first["timings"]["prompt_ms"] / 2
+    assert second["timings"]["prompt_n"] <= second["usage"]["prompt_tokens"] - first["usage"]["prompt_tokens"] + 1
+    assert afresh["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert second["choices"][0]["text"] == afresh["choices"][0]["text"]

@@ -61,6 +61,7 @@ class LlamaCppBackend(Backend):
             sampler=sampler,
             max_tokens=options.max_tokens,
             ignore_eos=options.ignore_eos,
+            cache_prompt=options.cache_prompt,
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
             text=TextStream(options.stop),
         )

@@ -64,6 +64,7 @@ class Job:
     ignore_eos: bool
     deliver: Delivery
     text: TextStream
+    cache_prompt: bool = True
     cancelled: bool = False
     cached_tokens: int = 0
     generated: int = 0

@@ -160,8 +160,9 @@ class StepLoop:
             self._start(slot, job)
 
     def _start(self, slot: Slot, job: Job) -> None:
-        """Reuse the longest cached prefix of the prompt; at least the last prompt token is evaluated."""
-        reuse = min(common_prefix(slot.cached, job.prompt), len(job.prompt) - 1)
+        """Reuse the longest cached prefix of the prompt (unless the request opted out); at least the last prompt
+        token is evaluated."""
+        reuse = min(common_prefix(slot.cached, job.prompt), len(job.prompt) - 1) if job.cache_prompt else 0
         if self._n_swa and reuse > 0:
             reuse = self._rewind_window(slot, reuse)
         if not lc.llama_memory_seq_rm(self._memory, slot.seq_id, reuse, -1):

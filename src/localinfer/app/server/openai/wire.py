@@ -87,6 +87,7 @@ class _SamplingWire(_Wire):
     n: int = Field(1, ge=1)
     max_tokens: int | None = Field(None, ge=1)
     ignore_eos: bool = False
+    cache_prompt: bool = True
     logprobs: bool | int | None = None
 
     def _check_supported(self) -> None:
@@ -117,6 +118,7 @@ class _SamplingWire(_Wire):
             stop=tuple(stops),
             response_format=response_format,
             ignore_eos=self.ignore_eos,
+            cache_prompt=self.cache_prompt,
         )
 
     @property
