@@ -34,6 +34,10 @@ class ModelNotFound(LocalInferError):
         self.model = model
 
 
+class ModelManagedElsewhere(LocalInferError):
+    """The model belongs to another tool (Ollama, the HF cache, LM Studio): localinfer lists it but never deletes it."""
+
+
 class ModelLoadError(LocalInferError):
     """A model file exists but the backend could not load it (corrupt, truncated, unsupported)."""
 

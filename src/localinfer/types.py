@@ -142,6 +142,8 @@ class ModelInfo:
     source: str | None = None
     loaded: bool = False
     created: int = 0
+    context_length: int | None = None  # the loaded context when loaded, else the trained one (None: unknown)
+    loading: bool = False
 
 
 TokenStream = AsyncGenerator[TokenChunk, None]

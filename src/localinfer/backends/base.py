@@ -45,6 +45,9 @@ class ModelFacts:
     architecture: str
     n_params: int
     n_slots: int = 1
+    threads: int = 0  # CPU threads decoding
+    gpu_layers: int = 0  # layers offloaded to a GPU (the output layer counts as one)
+    model_bytes: int = 0  # the weights' size in memory
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from localinfer.backends.base import Backend, LoadSpec, SlotUsage
+from localinfer.backends.base import Backend, LoadSpec, ModelFacts, SlotUsage
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.config import Settings
 from localinfer.engine.templates import ChatTemplate
 from localinfer.errors import LocalInferError, ModelNotReady
+from localinfer.models.gguf import cached_gguf_info
 from localinfer.models.store import Manifest, ModelSource
 from localinfer.types import ChatRequest, CompletionRequest, GenerationRequest, ModelInfo, TokenStream
 
@@ -35,7 +36,13 @@ class Runner:
     manifest: Manifest
     backend: Backend
     ready: asyncio.Future[None]
+    ctx_size: int | None = None  # the context asked for at load, None for the configured one
     template: ChatTemplate | None = None
+
+    @property
+    def is_ready(self) -> bool:
+        """Loaded, and not failed or cancelled."""
+        return self.ready.done() and not self.ready.cancelled() and self.ready.exception() is None
 
 
 class Engine:
@@ -46,11 +53,11 @@ class Engine:
         self._runners: dict[str, Runner] = {}
         self._loading: set[asyncio.Task[None]] = set()
 
-    def _load_spec(self, manifest: Manifest) -> LoadSpec:
+    def _load_spec(self, manifest: Manifest, ctx_size: int | None) -> LoadSpec:
         s = self._settings
         return LoadSpec(
             path=manifest.path,
-            ctx_size=s.ctx_size,
+            ctx_size=s.ctx_size if ctx_size is None else ctx_size,
             threads=s.threads,
             batch_size=s.batch_size,
             parallel=s.parallel,
@@ -58,12 +65,13 @@ class Engine:
             gpu_layers=s.gpu_layers,
         )
 
-    def preload(self, manifest: Manifest) -> Runner:
-        """Start loading ``manifest`` in the background (``health`` says ``loading`` until it is done)."""
+    def preload(self, manifest: Manifest, *, ctx_size: int | None = None) -> Runner:
+        """Start loading ``manifest`` in the background (``health`` says ``loading`` until it is done), with a
+        context of ``ctx_size`` tokens instead of the configured one when given."""
         existing = self._runners.get(manifest.name)
         if existing is not None:
             return existing
-        runner = Runner(manifest, self._backend_factory(), asyncio.get_running_loop().create_future())
+        runner = Runner(manifest, self._backend_factory(), asyncio.get_running_loop().create_future(), ctx_size)
         self._runners[manifest.name] = runner
         task = asyncio.create_task(self._load(runner), name=f"load {manifest.name}")
         self._loading.add(task)
@@ -72,7 +80,7 @@ class Engine:
 
     async def _load(self, runner: Runner) -> None:
         try:
-            await runner.backend.load(self._load_spec(runner.manifest))
+            await runner.backend.load(self._load_spec(runner.manifest, runner.ctx_size))
             runner.template = ChatTemplate(runner.backend.facts)
             facts = runner.backend.facts
             log.info(
@@ -102,6 +110,17 @@ class Engine:
         await asyncio.shield(runner.ready)
         return runner
 
+    async def load(self, model: str, *, ctx_size: int | None = None) -> None:
+        """Load ``model`` with a context of ``ctx_size`` tokens (None: the configured one), reloading it when it
+        is loaded with another context, as Ollama does for ``num_ctx``."""
+        runner = self._runners.get(model)
+        if runner is not None and runner.ctx_size != ctx_size:
+            await self.unload(model)
+            runner = None
+        if runner is None:
+            runner = self.preload(self._models.resolve(model), ctx_size=ctx_size)
+        await asyncio.shield(runner.ready)
+
     def health(self) -> Health:
         if any(not r.ready.done() for r in self._runners.values()):
             return "loading"
@@ -114,19 +133,42 @@ class Engine:
         """Every model the engine can serve, with whether each is loaded: loaded ones first, then by name."""
         infos = {m.name: m for m in self._models.list()}
         infos.update({name: r.manifest for name, r in self._runners.items()})
-        models = [
-            ModelInfo(
-                name=m.name,
-                path=str(m.path),
-                size_bytes=m.size,
-                quantization=m.quantization,
-                source=m.source,
-                loaded=m.name in self._runners and self._runners[m.name].ready.done(),
-                created=m.created,
-            )
-            for m in infos.values()
-        ]
+        models = [self._info(m) for m in infos.values()]
         return sorted(models, key=lambda m: (not m.loaded, m.name))
+
+    def _info(self, manifest: Manifest) -> ModelInfo:
+        runner = self._runners.get(manifest.name)
+        loaded = runner is not None and runner.is_ready
+        return ModelInfo(
+            name=manifest.name,
+            path=str(manifest.path),
+            size_bytes=manifest.size,
+            quantization=manifest.quantization,
+            source=manifest.source,
+            loaded=loaded,
+            created=manifest.created,
+            context_length=runner.backend.facts.n_ctx if loaded and runner is not None else _trained_context(manifest),
+            loading=runner is not None and not runner.ready.done(),
+        )
+
+    def loaded(self) -> list[LoadedModel]:
+        """The models loaded now, with how each runs."""
+        return [
+            LoadedModel(name=name, backend=r.backend.name, facts=r.backend.facts)
+            for name, r in self._runners.items()
+            if r.is_ready
+        ]
+
+    async def unload(self, model: str) -> bool:
+        """Unload ``model`` if it is loaded or loading (False when it was not); requests in flight end with an error."""
+        runner = self._runners.pop(model, None)
+        if runner is None:
+            return False
+        if not runner.ready.done():
+            await asyncio.wait([runner.ready])
+        if runner.is_ready:
+            await runner.backend.unload()
+        return True
 
     async def chat(self, request: ChatRequest) -> TokenStream:
         runner = await self.runner(request.model)
@@ -155,6 +197,22 @@ class Engine:
                     await runner.backend.unload()
             except (LocalInferError, asyncio.CancelledError):
                 log.warning("unloading %s failed", runner.manifest.name)
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    name: str
+    backend: str
+    facts: ModelFacts
+
+
+def _trained_context(manifest: Manifest) -> int | None:
+    if manifest.format != "gguf":
+        return None
+    try:
+        return cached_gguf_info(manifest.path).context_length
+    except (LocalInferError, OSError):
+        return None
 
 
 def _new_id() -> str:

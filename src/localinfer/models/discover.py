@@ -7,7 +7,6 @@ Directory symlinks are not followed while walking (no loops); file symlinks are 
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -19,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from localinfer.errors import LocalInferError
 from localinfer.models.files import FileGroup, group_model_files, quant_label, split_prefix
-from localinfer.models.gguf import read_gguf_info
+from localinfer.models.gguf import cached_gguf_info
 from localinfer.models.store import Manifest, ModelFile, is_valid_name
 
 log = logging.getLogger(__name__)
@@ -247,7 +246,7 @@ def _manifest(
         return None
     try:
         stats = [p.stat() for p in paths]
-        quantization = _header_quantization(paths[0], stats[0].st_size, stats[0].st_mtime_ns)
+        quantization = cached_gguf_info(paths[0]).quantization
         for part in paths[1:]:
             with part.open("rb") as fh:
                 if fh.read(4) != b"GGUF":
@@ -264,13 +263,6 @@ def _manifest(
         created=int(stats[0].st_mtime),
         revision=revision,
     )
-
-
-@functools.lru_cache(maxsize=4096)
-def _header_quantization(path: Path, size: int, mtime_ns: int) -> str | None:
-    """The quantization a GGUF header states; remembered per path, size and mtime, because ``ls``,
-    ``/v1/models`` and every lookup of a discovered name scan again. Raises what ``read_gguf_info`` raises."""
-    return read_gguf_info(path).quantization
 
 
 def _optional(manifest: Manifest | None) -> Iterator[Manifest]:

@@ -10,6 +10,7 @@ the bytes it promises.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import mmap
@@ -180,6 +181,22 @@ def read_gguf_info(path: Path) -> GGUFInfo:
     truncated, or has a header that cannot be parsed.
     """
     return _read(Path(path), _parse)
+
+
+def cached_gguf_info(path: Path) -> GGUFInfo:
+    """``read_gguf_info``, remembered per path, size and mtime: listings (``ls``, ``/v1/models``, the TUI) read
+    the same headers again on every call. Raises what ``read_gguf_info`` raises."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return read_gguf_info(path)  # raises ModelNotFound
+    return _cached_info(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_info(path: Path, size: int, mtime_ns: int) -> GGUFInfo:
+    return read_gguf_info(path)
 
 
 def read_chat_template(path: Path) -> str | None:

@@ -12,11 +12,18 @@ import os
 from pathlib import Path
 
 from localinfer.config import Settings
-from localinfer.errors import ModelNotFound
+from localinfer.errors import ModelManagedElsewhere, ModelNotFound
 from localinfer.models.discover import DiscoveryRoots, default_roots, discover
 from localinfer.models.store import Manifest, ModelStore
 
 log = logging.getLogger(__name__)
+
+_OWNERS = {
+    "ollama": "Ollama's store (use 'ollama rm')",
+    "hf-cache": "the Hugging Face cache (use 'hf cache rm')",
+    "lmstudio": "LM Studio's models folder",
+    "dir": "a folder named in the model_dirs setting",
+}
 
 
 class ModelLibrary:
@@ -65,6 +72,25 @@ class ModelLibrary:
             if found is None:
                 raise
             return found
+
+    def remove(self, name: str) -> int:
+        """Unregister ``name`` and delete the files only it uses; the bytes freed (0 when its files were kept).
+
+        Raises ModelNotFound, and ModelManagedElsewhere for another tool's model, which localinfer only lists.
+        """
+        manifest = self.store.get(name)
+        if manifest is None:
+            found = next((m for m in self.discovered() if m.name == name), None)
+            if found is not None:
+                owner = _OWNERS.get(found.source.split(":", 1)[0], "another tool's folder")
+                raise ModelManagedElsewhere(
+                    f"{name} is not registered with localinfer: it lives in {owner}",
+                    hint="localinfer only lists it; remove it with the tool that manages it",
+                )
+            raise ModelNotFound(name, hint="run 'localinfer ls' to see the models here")
+        present = [f for f in manifest.files if f.path.exists()]
+        self.store.remove(name)
+        return sum(f.size for f in present if not f.path.exists())
 
 
 def _real(path: Path) -> Path:

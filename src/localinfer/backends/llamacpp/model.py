@@ -87,6 +87,8 @@ class LlamaModel:
     n_ctx: int
     n_batch: int
     n_seq_max: int
+    threads: int = 0
+    gpu_layers: int = 0
 
     @property
     def n_swa(self) -> int:
@@ -137,7 +139,9 @@ class LlamaModel:
                 hint="try a smaller context with --ctx-size",
             )
         log.debug("loaded %s: %d slots of %d tokens, %d threads", path, parallel, n_ctx, threads)
-        return cls(model, vocab, ctx, n_ctx, spec.batch_size, parallel)
+        n_layer = int(lc.llama_model_n_layer(model))
+        offloaded = min(mparams.n_gpu_layers, n_layer + 1) if lc.llama_supports_gpu_offload() else 0
+        return cls(model, vocab, ctx, n_ctx, spec.batch_size, parallel, threads, offloaded)
 
     def free(self) -> None:
         if self.ctx:
@@ -192,4 +196,7 @@ class LlamaModel:
             architecture=self.meta("general.architecture") or "unknown",
             n_params=int(lc.llama_model_n_params(self.model)),
             n_slots=self.n_seq_max,
+            threads=self.threads,
+            gpu_layers=self.gpu_layers,
+            model_bytes=int(lc.llama_model_size(self.model)),
         )
