@@ -12,6 +12,7 @@ from pydantic import SecretStr
 
 from localinfer.app.commands.pull import ProgressLine
 from localinfer.app.server.app import create_app
+from localinfer.client.local import LocalClient
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.errors import ConfigError
@@ -76,7 +77,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         progress.close()
     read_gguf_info(manifest.path)  # a corrupt or truncated file fails here, in one line, not in the background
     engine = Engine(settings, library)
-    app = create_app(engine, api_key=api_key, preload=manifest)
-    print(f"localinfer: serving {manifest.name} on http://{settings.host}:{settings.port}/v1", flush=True)
+    url = f"http://{settings.host}:{settings.port}"
+    client = LocalClient(engine, library, settings, serving=url)
+    app = create_app(engine, api_key=api_key, preload=manifest, client=client)
+    print(f"localinfer: serving {manifest.name} on {url}/v1", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
     return 0

@@ -1,4 +1,8 @@
-"""The FastAPI app factory: dialect routers, /health, and the error handlers that use the one error table."""
+"""The FastAPI app factory: dialect routers, /health, and the error handlers that use the one error table.
+
+Errors on Ollama's routes (``/api/*``) come back in Ollama's shape, ``{"error": "..."}``; everywhere else in
+OpenAI's.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +15,23 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localinfer import __version__
-from localinfer.app.server.errors import openai_error, openai_error_body
+from localinfer.app.server.errors import ollama_error, ollama_error_body, openai_error, openai_error_body
+from localinfer.app.server.ollama.routes import router as ollama_router
 from localinfer.app.server.openai.routes import router as openai_router
+from localinfer.client.local import LocalClient
 from localinfer.engine.engine import Engine
 from localinfer.errors import LocalInferError
 from localinfer.models.store import Manifest
 
 
-def create_app(engine: Engine, *, api_key: str | None = None, preload: Manifest | None = None) -> FastAPI:
-    """An app serving ``engine``. ``preload`` starts loading a model at startup; /health says 503 until then."""
+def create_app(
+    engine: Engine, *, api_key: str | None = None, preload: Manifest | None = None, client: LocalClient | None = None
+) -> FastAPI:
+    """An app serving ``engine``. ``preload`` starts loading a model at startup; /health says 503 until then.
+
+    ``client`` (over the same engine) backs Ollama's model management (/api/tags, /api/pull...); without one
+    those routes answer 503.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -31,7 +43,9 @@ def create_app(engine: Engine, *, api_key: str | None = None, preload: Manifest 
     app = FastAPI(title="localinfer", version=__version__, lifespan=lifespan)
     app.state.engine = engine
     app.state.api_key = api_key
+    app.state.client = client
     app.include_router(openai_router)
+    app.include_router(ollama_router)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -46,12 +60,12 @@ def create_app(engine: Engine, *, api_key: str | None = None, preload: Manifest 
         return JSONResponse(body, status_code=200 if state == "ready" else 503)
 
     @app.exception_handler(LocalInferError)
-    async def on_localinfer_error(_: Request, exc: LocalInferError) -> JSONResponse:
-        status, body = openai_error(exc)
+    async def on_localinfer_error(request: Request, exc: LocalInferError) -> JSONResponse:
+        status, body = ollama_error(exc) if _is_ollama(request) else openai_error(exc)
         return JSONResponse(body, status_code=status)
 
     @app.exception_handler(RequestValidationError)
-    async def on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         location = [str(part) for part in first.get("loc", ()) if part != "body"]
         param = ".".join(location) or None
@@ -59,11 +73,19 @@ def create_app(engine: Engine, *, api_key: str | None = None, preload: Manifest 
             message, param = "the request body is not valid JSON", None
         else:
             message = f"{param or 'body'}: {first.get('msg', 'invalid value')}"
+        if _is_ollama(request):
+            return JSONResponse(ollama_error_body(message), status_code=400)
         return JSONResponse(openai_error_body(message, "invalid_request_error", param=param), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
-    async def on_http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if _is_ollama(request):
+            return JSONResponse(ollama_error_body(str(exc.detail)), status_code=exc.status_code)
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         return JSONResponse(openai_error_body(str(exc.detail), kind), status_code=exc.status_code)
 
     return app
+
+
+def _is_ollama(request: Request) -> bool:
+    return request.url.path.startswith("/api/")

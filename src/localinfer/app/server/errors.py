@@ -1,4 +1,4 @@
-"""The one table that maps localinfer errors to HTTP statuses, and the OpenAI error shape.
+"""The one table that maps localinfer errors to HTTP statuses, and the OpenAI and Ollama error shapes.
 
 Other dialects (Ollama, llama.cpp) reuse ``status_for`` and only change the body's shape.
 """
@@ -9,12 +9,16 @@ from typing import Any
 
 from localinfer.errors import (
     ContextLengthExceeded,
+    DiskFull,
     GenerationFailed,
+    HubUnreachable,
     InvalidRequest,
     LocalInferError,
     ModelLoadError,
+    ModelManagedElsewhere,
     ModelNotFound,
     ModelNotReady,
+    PullError,
     QueueFull,
     Unauthorized,
 )
@@ -28,6 +32,10 @@ ERROR_TABLE: tuple[tuple[type[LocalInferError], int, str, str | None], ...] = (
     (QueueFull, 503, "server_error", "queue_full"),
     (ModelNotReady, 503, "server_error", "model_loading"),
     (ModelLoadError, 500, "server_error", "model_load_failed"),
+    (ModelManagedElsewhere, 409, "invalid_request_error", "model_managed_elsewhere"),
+    (HubUnreachable, 502, "server_error", "hub_unreachable"),
+    (DiskFull, 507, "server_error", "disk_full"),
+    (PullError, 400, "invalid_request_error", "pull_failed"),
     (GenerationFailed, 500, "server_error", "generation_failed"),
     (LocalInferError, 500, "server_error", None),
 )
@@ -57,3 +65,13 @@ def openai_error(exc: LocalInferError) -> tuple[int, dict[str, Any]]:
     status, kind, code = _row(exc)
     param = exc.param if isinstance(exc, InvalidRequest) else None
     return status, openai_error_body(user_message(exc), kind, param=param, code=code)
+
+
+def ollama_error_body(message: str) -> dict[str, Any]:
+    """Ollama's error shape: ``{"error": "<message>"}``."""
+    return {"error": message}
+
+
+def ollama_error(exc: LocalInferError) -> tuple[int, dict[str, Any]]:
+    """The status and Ollama-shaped body for ``exc``."""
+    return status_for(exc), ollama_error_body(user_message(exc))

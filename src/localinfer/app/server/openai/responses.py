@@ -99,6 +99,8 @@ async def sse_stream(
 ) -> AsyncIterator[str]:
     """Server-sent events for one or more generations (one per choice index), ending with ``[DONE]``.
 
+    A choice's finishing chunk carries its ``timings``, as llama-server's last chunk does.
+
     An error after the stream began is sent as ``data: {"error": ...}``. Closing this iterator closes the
     generations, which frees their slots at once.
     """
@@ -114,7 +116,8 @@ async def sse_stream(
                     if chunk.text:
                         yield sse(header.chunk([shape.content(index, chunk.text)], **extra))
                     if chunk.finish_reason is not None:
-                        yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra))
+                        timings = {"timings": timings_body(chunk.timings)} if chunk.timings is not None else {}
+                        yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra, **timings))
                     if chunk.usage is not None:
                         total = total + chunk.usage
     except LocalInferError as exc:

@@ -1,0 +1,240 @@
+"""Ollama's model-management routes, in Ollama's JSON shapes, so Ollama clients can list, pull and delete models.
+
+- ``GET /api/version``: ``{"version": "<localinfer version>"}``.
+- ``GET /api/tags``: every model the engine can serve, ``{"models": [{name, model, modified_at, size, digest,
+  details}]}``. ``digest`` is the main file's sha256 when its name says it (a store blob ``sha256-<hex>``, a
+  Hugging Face cache blob, an Ollama blob), else ``""``.
+- ``GET /api/ps``: the loaded models, with ``expires_at`` (far ahead: localinfer keeps a model loaded until it
+  is unloaded or the server stops), ``size_vram`` (the share of the weights on a GPU) and ``context_length``.
+- ``POST /api/pull {"model", "stream"}`` (or the legacy ``"name"``; ``insecure`` is ignored): the same progress
+  events the CLI renders, as NDJSON lines ``{"status", "digest"?, "total"?, "completed"?}`` ending with
+  ``{"status": "success"}``; with ``"stream": false`` that last object alone. The pull runs in a thread; a client
+  that hangs up stops it at its next progress event (what was downloaded is kept for a resume).
+- ``DELETE /api/delete {"model"}``: 200 with an empty body, 404 when there is no such model.
+- ``GET /api/localinfer/status`` (a localinfer extension, not Ollama's): what a remote TUI's status bar shows,
+  the JSON of ``ClientStatus``: ``where``, ``serving``, ``memory_used`` / ``memory_total`` /
+  ``memory_available`` (bytes, or null), and ``loaded``: ``[{name, backend, context_length, slots, threads,
+  gpu_layers, size_bytes}]``.
+
+Errors are ``{"error": "<message; hint>"}`` with the status of the one table in ``app/server/errors.py``. An error
+after a pull stream began is its last line, ``{"error": "..."}``, as Ollama sends it. The routes reach the engine
+through the ``LocalClient`` in ``app.state.client``; a server built without one answers 503.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from localinfer import __version__
+from localinfer.app.server.auth import require_api_key
+from localinfer.app.server.errors import ollama_error_body, user_message
+from localinfer.app.server.ollama.wire import DeleteBody, PullBody
+from localinfer.client.base import LoadedModelStatus
+from localinfer.client.local import LocalClient
+from localinfer.errors import LocalInferError
+from localinfer.models.gguf import GGUFInfo, cached_gguf_info
+from localinfer.progress import ProgressEvent
+from localinfer.types import ModelInfo
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/api", dependencies=[Depends(require_api_key)])
+NDJSON = "application/x-ndjson"
+NOT_AVAILABLE = "model management is not available on this server"
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_KEEP_LOADED = timedelta(days=365 * 100)  # no keep-alive: loaded until unloaded
+
+
+def _client(request: Request) -> LocalClient:
+    client: LocalClient | None = getattr(request.app.state, "client", None)
+    if client is None:
+        raise StarletteHTTPException(503, NOT_AVAILABLE)
+    return client
+
+
+@router.get("/version")
+async def version() -> dict[str, str]:
+    return {"version": __version__}
+
+
+@router.get("/tags")
+async def tags(request: Request) -> dict[str, Any]:
+    models = await _client(request).models()
+    return {"models": [_tag(m) for m in models]}
+
+
+@router.get("/ps")
+async def ps(request: Request) -> dict[str, Any]:
+    client = _client(request)
+    status = await client.status()
+    infos = {m.name: m for m in await client.models()}
+    expires_at = _rfc3339(datetime.now(timezone.utc) + _KEEP_LOADED)
+    return {"models": [_running(loaded, infos.get(loaded.name), expires_at) for loaded in status.loaded]}
+
+
+@router.get("/localinfer/status")
+async def localinfer_status(request: Request) -> dict[str, Any]:
+    return dataclasses.asdict(await _client(request).status())
+
+
+@router.delete("/delete")
+async def delete(body: DeleteBody, request: Request) -> Response:
+    await _client(request).remove(body.target())
+    return Response(status_code=200)
+
+
+@router.post("/pull", response_model=None)
+async def pull(body: PullBody, request: Request) -> StreamingResponse | JSONResponse:
+    events = _client(request).pull(body.target())
+    if not body.stream:
+        try:
+            async for _ in events:
+                pass
+        finally:
+            await events.aclose()
+        return JSONResponse({"status": "success"})
+    try:
+        first = await anext(events, None)  # a reference that cannot work fails here, as an HTTP status
+    except BaseException:
+        await events.aclose()
+        raise
+    return StreamingResponse(_progress_lines(first, events), media_type=NDJSON)
+
+
+async def _progress_lines(
+    first: ProgressEvent | None, events: AsyncGenerator[ProgressEvent, None]
+) -> AsyncIterator[str]:
+    """NDJSON progress lines ending with ``{"status": "success"}``, or with ``{"error": ...}`` on a failure.
+
+    Closing this iterator (the client hung up) closes ``events``, which stops the pull.
+    """
+    try:
+        if first is not None and first.status != "success":
+            yield _line(_progress(first))
+        if first is not None:
+            async for event in events:
+                if event.status != "success":  # said once, last, in Ollama's exact shape
+                    yield _line(_progress(event))
+    except LocalInferError as exc:
+        yield _line(ollama_error_body(user_message(exc)))
+        return
+    except Exception as exc:  # the headers are sent: the stream's last line is all that can say it failed
+        log.exception("pull failed")
+        yield _line(ollama_error_body(f"pull failed: {exc}"))
+        return
+    finally:
+        await events.aclose()
+    yield _line({"status": "success"})
+
+
+def _progress(event: ProgressEvent) -> dict[str, Any]:
+    line: dict[str, Any] = {"status": event.status}
+    if event.digest:
+        line["digest"] = event.digest if event.digest.startswith("sha256:") else f"sha256:{event.digest}"
+    if event.total is not None:
+        line["total"] = event.total
+    if event.completed is not None:
+        line["completed"] = event.completed
+    return line
+
+
+def _line(body: dict[str, Any]) -> str:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n"  # compact, as Ollama writes it
+
+
+def _tag(info: ModelInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "model": info.name,
+        "modified_at": _rfc3339(datetime.fromtimestamp(info.created, timezone.utc)),
+        "size": info.size_bytes,
+        "digest": _digest(info.path),
+        "details": _details(info, _gguf(info.path)),
+    }
+
+
+def _running(loaded: LoadedModelStatus, info: ModelInfo | None, expires_at: str) -> dict[str, Any]:
+    gguf = _gguf(info.path) if info is not None else None
+    size = loaded.size_bytes or (info.size_bytes if info is not None else 0)
+    return {
+        "name": loaded.name,
+        "model": loaded.name,
+        "size": size,
+        "digest": _digest(info.path) if info is not None else "",
+        "details": _details(info, gguf),
+        "expires_at": expires_at,
+        "size_vram": _size_vram(size, loaded.gpu_layers, gguf),
+        "context_length": loaded.context_length,
+    }
+
+
+def _details(info: ModelInfo | None, gguf: GGUFInfo | None) -> dict[str, Any]:
+    return {
+        "parent_model": "",
+        "format": "gguf",
+        "family": gguf.architecture if gguf is not None else "",
+        "families": None,
+        "parameter_size": _parameter_size(gguf),
+        "quantization_level": (info.quantization if info is not None else None)
+        or (gguf.quantization if gguf is not None else None)
+        or "",
+    }
+
+
+def _parameter_size(gguf: GGUFInfo | None) -> str:
+    """``135M``, ``7.6B``: the file's size label, else its parameter count; ``""`` when neither is known."""
+    if gguf is None:
+        return ""
+    if gguf.size_label:
+        return gguf.size_label
+    if not gguf.parameters:
+        return ""
+    if gguf.parameters >= 1_000_000_000:
+        return f"{gguf.parameters / 1e9:.1f}B"
+    return f"{gguf.parameters / 1e6:.0f}M"
+
+
+def _size_vram(size: int, gpu_layers: int, gguf: GGUFInfo | None) -> int:
+    """The weights' share on a GPU: ``gpu_layers`` of the blocks plus the output layer."""
+    if gpu_layers <= 0:
+        return 0
+    layers = (gguf.block_count + 1) if gguf is not None and gguf.block_count else None
+    if layers is None or gpu_layers >= layers:
+        return size
+    return size * gpu_layers // layers
+
+
+def _gguf(path: str) -> GGUFInfo | None:
+    if not path:
+        return None
+    try:
+        return cached_gguf_info(Path(path))
+    except (LocalInferError, OSError):
+        return None
+
+
+def _digest(path: str) -> str:
+    """The sha256 a content-addressed file's name carries (``sha256-<hex>`` or ``<hex>``), else ``""``."""
+    if not path:
+        return ""
+    try:
+        name = Path(path).resolve().name
+    except OSError:
+        return ""
+    hex_part = name.removeprefix("sha256-")
+    return hex_part if _SHA256_HEX.fullmatch(hex_part) else ""
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")

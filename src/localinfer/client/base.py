@@ -1,0 +1,70 @@
+"""The ``InferenceClient`` protocol: chat, list, load, pull, remove and status, wherever the engine runs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Protocol
+
+from localinfer.progress import ProgressEvent
+from localinfer.types import ChatRequest, ModelInfo, TokenChunk
+
+
+@dataclass(frozen=True)
+class LoadedModelStatus:
+    """How one loaded model runs: its backend, context, slots, CPU threads and GPU layers."""
+
+    name: str
+    backend: str
+    context_length: int
+    slots: int
+    threads: int | None = None  # None: not reported (a remote server)
+    gpu_layers: int = 0
+    size_bytes: int = 0  # the weights in memory
+
+
+@dataclass(frozen=True)
+class ClientStatus:
+    """What the status bar shows. Memory figures are None when the engine's machine does not report them."""
+
+    where: str  # "in-process" or the server's URL
+    loaded: tuple[LoadedModelStatus, ...] = ()
+    memory_used: int | None = None  # bytes the engine's process holds
+    memory_total: int | None = None
+    memory_available: int | None = None
+    serving: str | None = None  # the API's URL when this process serves it too
+
+
+class InferenceClient(Protocol):
+    """Everything the TUI needs from an engine. Errors are ``LocalInferError`` subclasses, whatever the transport."""
+
+    @property
+    def where(self) -> str:
+        """``in-process``, or the URL of the server this client talks to."""
+        ...
+
+    def chat(self, request: ChatRequest) -> AsyncGenerator[TokenChunk, None]:
+        """Stream a reply; closing the iterator early stops the generation."""
+        ...
+
+    async def models(self) -> list[ModelInfo]:
+        """Every model the engine can serve, loaded ones first."""
+        ...
+
+    async def load(self, model: str, *, context_length: int | None = None) -> None:
+        """Load ``model`` (unloading the others an in-process engine holds), returning when it is ready; a
+        ``context_length`` other than the loaded one reloads it where the engine is in this process."""
+        ...
+
+    def pull(self, ref: str) -> AsyncGenerator[ProgressEvent, None]:
+        """Fetch or register ``ref``; events until it is done. Closing the iterator early stops the pull
+        (what was downloaded is kept for a resume)."""
+        ...
+
+    async def remove(self, model: str) -> int:
+        """Unregister ``model`` and delete the files only it uses; the bytes freed."""
+        ...
+
+    async def status(self) -> ClientStatus: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,123 @@
+"""``LocalClient``: the engine in this process. Pulls run in a thread; everything else on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import AsyncGenerator
+
+import psutil
+
+from localinfer.client.base import ClientStatus, LoadedModelStatus
+from localinfer.config import Settings
+from localinfer.engine.engine import Engine
+from localinfer.models.hub import HubClient
+from localinfer.models.library import ModelLibrary
+from localinfer.models.pull import pull
+from localinfer.progress import ProgressEvent
+from localinfer.types import ChatRequest, ModelInfo, TokenChunk
+
+_DONE = object()
+
+
+class PullStopped(Exception):
+    """Raised inside the pull thread when the consumer stopped listening; the partial download is kept."""
+
+
+class LocalClient:
+    def __init__(
+        self,
+        engine: Engine,
+        library: ModelLibrary,
+        settings: Settings,
+        *,
+        serving: str | None = None,
+        hub: HubClient | None = None,
+    ) -> None:
+        """``hub`` is where pulls go (default: the Hub the environment names, as ``localinfer pull``)."""
+        self._engine = engine
+        self._library = library
+        self._settings = settings
+        self._hub = hub
+        self.serving = serving  # set by whoever starts the API server beside the app
+
+    @property
+    def where(self) -> str:
+        return "in-process"
+
+    def chat(self, request: ChatRequest) -> AsyncGenerator[TokenChunk, None]:
+        return self._engine.chat(request)
+
+    async def models(self) -> list[ModelInfo]:
+        return self._engine.models()
+
+    async def load(self, model: str, *, context_length: int | None = None) -> None:
+        for loaded in self._engine.loaded():
+            if loaded.name != model:
+                await self._engine.unload(loaded.name)
+        await self._engine.load(model, ctx_size=context_length)
+
+    async def pull(self, ref: str) -> AsyncGenerator[ProgressEvent, None]:
+        """As ``localinfer pull REF``, in a thread; its progress events come back on the event loop."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[object] = asyncio.Queue()
+        stop = threading.Event()
+        store = self._library.store
+
+        def sink(event: ProgressEvent) -> None:
+            if stop.is_set():
+                raise PullStopped
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        def run() -> None:
+            try:
+                pull(store, ref, self._settings, progress=sink, hub=self._hub)
+                loop.call_soon_threadsafe(events.put_nowait, _DONE)
+            except BaseException as exc:  # handed to the consumer, raised there
+                loop.call_soon_threadsafe(events.put_nowait, exc)
+
+        worker = loop.run_in_executor(None, run)
+        try:
+            while True:
+                item = await events.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                assert isinstance(item, ProgressEvent)
+                yield item
+        finally:
+            stop.set()
+            if not worker.done():
+                await asyncio.shield(worker)  # the thread stops at its next progress event
+
+    async def remove(self, model: str) -> int:
+        await self._engine.unload(model)
+        return self._library.remove(model)
+
+    async def status(self) -> ClientStatus:
+        loaded = tuple(
+            LoadedModelStatus(
+                name=m.name,
+                backend=m.backend,
+                context_length=m.facts.n_ctx,
+                slots=m.facts.n_slots,
+                threads=m.facts.threads,
+                gpu_layers=m.facts.gpu_layers,
+                size_bytes=m.facts.model_bytes,
+            )
+            for m in self._engine.loaded()
+        )
+        memory = psutil.virtual_memory()
+        return ClientStatus(
+            where=self.where,
+            loaded=loaded,
+            memory_used=psutil.Process(os.getpid()).memory_info().rss,
+            memory_total=memory.total,
+            memory_available=memory.available,
+            serving=self.serving,
+        )
+
+    async def close(self) -> None:
+        await self._engine.close()

@@ -1,0 +1,327 @@
+"""``HttpClient``: the ``InferenceClient`` protocol over HTTP, to a running ``localinfer serve``.
+
+What each call uses on the server:
+
+- ``chat``: ``POST /v1/chat/completions`` streamed (SSE) with ``stream_options.include_usage``; text deltas become
+  ``TokenChunk``s and a last chunk carries the finish reason, the usage and the server's ``timings``. Closing the
+  iterator early closes the connection, which makes the server abort the generation.
+- ``models``: ``GET /api/tags`` and ``GET /api/ps`` (Ollama's shapes). A remote model has no local ``path`` (``""``)
+  and no ``source``; its ``context_length`` is known only while it is loaded.
+- ``load``: a one-token ``POST /v1/completions``, which makes the server load the model if it has not yet. Unlike
+  ``LocalClient.load`` it does not unload the server's other models (others may be using them), and it cannot
+  change the context length the server loads models with.
+- ``pull``: ``POST /api/pull`` NDJSON progress lines as ``ProgressEvent``s; closing the iterator early hangs up,
+  which stops the server's pull (what was downloaded is kept there for a resume).
+- ``remove``: ``DELETE /api/delete``; it returns 0, as the bytes freed on the server are not reported.
+- ``status``: ``GET /api/localinfer/status``, with ``where`` set to this client's URL.
+
+Errors come back as the ``LocalInferError`` classes the server raised, told apart by the status and the OpenAI
+error ``code``; a server that cannot be reached is a ``LocalInferError`` naming the URL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from datetime import datetime
+from typing import Any, cast
+
+import httpx
+
+from localinfer.client.base import ClientStatus, LoadedModelStatus
+from localinfer.errors import (
+    GenerationFailed,
+    InvalidRequest,
+    LocalInferError,
+    ModelLoadError,
+    ModelNotFound,
+    ModelNotReady,
+    PullError,
+    QueueFull,
+    Unauthorized,
+)
+from localinfer.progress import ProgressEvent
+from localinfer.types import ChatRequest, FinishReason, ModelInfo, Timings, TokenChunk, Usage
+
+_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+_STREAM_TIMEOUT = httpx.Timeout(None, connect=5.0)  # a model may load, or a pull stall, for minutes
+_UNREACHABLE_HINT = "start it with 'localinfer serve' or check --host"
+
+# The OpenAI error ``code`` our server sends -> the error class it came from.
+_BY_CODE: dict[str, type[LocalInferError]] = {
+    "queue_full": QueueFull,
+    "model_loading": ModelNotReady,
+    "model_load_failed": ModelLoadError,
+    "generation_failed": GenerationFailed,
+    "invalid_api_key": Unauthorized,
+}
+
+
+class HttpClient:
+    """A client of the ``localinfer serve`` at ``url`` (``http://127.0.0.1:8080``; a bare ``host:port`` and a
+    trailing ``/v1`` are accepted). ``api_key`` is sent as a bearer key."""
+
+    def __init__(self, url: str, *, api_key: str | None = None) -> None:
+        self._url = normalize_url(url)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(base_url=self._url, headers=headers, timeout=_TIMEOUT)
+
+    @property
+    def where(self) -> str:
+        return self._url
+
+    async def chat(self, request: ChatRequest) -> AsyncGenerator[TokenChunk, None]:
+        finish: FinishReason | None = None
+        usage: Usage | None = None
+        timings: Timings | None = None
+        done = False
+        try:
+            async with self._http.stream(
+                "POST", "/v1/chat/completions", json=chat_body(request), timeout=_STREAM_TIMEOUT
+            ) as response:
+                await self._check(response, model=request.model)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[len("data:") :].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    event = json.loads(data)
+                    if "error" in event:
+                        raise error_from_body(event, status=None, model=request.model)
+                    usage = _usage(event.get("usage")) or usage
+                    timings = _timings(event.get("timings")) or timings
+                    for choice in event.get("choices") or ():
+                        text = (choice.get("delta") or {}).get("content")
+                        if text:
+                            yield TokenChunk(text)
+                        if choice.get("finish_reason"):
+                            finish = "length" if choice["finish_reason"] == "length" else "stop"
+        except httpx.TransportError as exc:
+            raise self._transport_error(exc) from exc
+        if not done:
+            raise LocalInferError(
+                f"the reply from localinfer at {self._url} ended early", hint="check the server's log and retry"
+            )
+        yield TokenChunk("", finish_reason=finish or "stop", usage=usage, timings=timings)
+
+    async def models(self) -> list[ModelInfo]:
+        tags = await self._get("/api/tags")
+        running = {m.get("name"): m for m in (await self._get("/api/ps")).get("models") or ()}
+        models = []
+        for tag in tags.get("models") or ():
+            name = str(tag.get("name") or tag.get("model") or "")
+            loaded = running.get(name)
+            details = tag.get("details") or {}
+            models.append(
+                ModelInfo(
+                    name=name,
+                    path="",
+                    size_bytes=int(tag.get("size") or 0),
+                    quantization=details.get("quantization_level") or None,
+                    loaded=loaded is not None,
+                    created=_timestamp(tag.get("modified_at")),
+                    context_length=loaded.get("context_length") if loaded is not None else None,
+                )
+            )
+        return sorted(models, key=lambda m: (not m.loaded, m.name))
+
+    async def load(self, model: str, *, context_length: int | None = None) -> None:
+        """Have the server load ``model``. ``context_length`` is ignored: a server keeps the context it was
+        started with (``--ctx-size``)."""
+        body = {"model": model, "prompt": " ", "max_tokens": 1, "temperature": 0}
+        await self._request("POST", "/v1/completions", model=model, json=body, timeout=_STREAM_TIMEOUT)
+
+    async def pull(self, ref: str) -> AsyncGenerator[ProgressEvent, None]:
+        try:
+            async with self._http.stream(
+                "POST", "/api/pull", json={"model": ref, "stream": True}, timeout=_STREAM_TIMEOUT
+            ) as response:
+                await self._check(response, fallback=PullError)
+                async for line in response.aiter_lines():
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if "error" in event:
+                        raise error_from_body(event, status=None, fallback=PullError)
+                    yield ProgressEvent(
+                        status=str(event.get("status") or ""),
+                        total=event.get("total"),
+                        completed=event.get("completed"),
+                        digest=event.get("digest"),
+                    )
+        except httpx.TransportError as exc:
+            raise self._transport_error(exc) from exc
+
+    async def remove(self, model: str) -> int:
+        await self._request("DELETE", "/api/delete", model=model, json={"model": model})
+        return 0
+
+    async def status(self) -> ClientStatus:
+        body = await self._get("/api/localinfer/status")
+        loaded = tuple(
+            LoadedModelStatus(
+                name=str(m.get("name") or ""),
+                backend=str(m.get("backend") or ""),
+                context_length=int(m.get("context_length") or 0),
+                slots=int(m.get("slots") or 0),
+                threads=m.get("threads"),
+                gpu_layers=int(m.get("gpu_layers") or 0),
+                size_bytes=int(m.get("size_bytes") or 0),
+            )
+            for m in body.get("loaded") or ()
+        )
+        return ClientStatus(
+            where=self._url,
+            loaded=loaded,
+            memory_used=body.get("memory_used"),
+            memory_total=body.get("memory_total"),
+            memory_available=body.get("memory_available"),
+            serving=body.get("serving"),
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _get(self, path: str) -> dict[str, Any]:
+        body = (await self._request("GET", path)).json()
+        return cast(dict[str, Any], body) if isinstance(body, dict) else {}
+
+    async def _request(self, method: str, path: str, *, model: str | None = None, **kwargs: Any) -> httpx.Response:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise self._transport_error(exc) from exc
+        await self._check(response, model=model)
+        return response
+
+    async def _check(
+        self, response: httpx.Response, *, model: str | None = None, fallback: type[LocalInferError] = LocalInferError
+    ) -> None:
+        if response.is_success:
+            return
+        await response.aread()
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"error": response.text or response.reason_phrase}
+        raise error_from_body(body, status=response.status_code, model=model, fallback=fallback)
+
+    def _transport_error(self, exc: httpx.TransportError) -> LocalInferError:
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return LocalInferError(f"cannot reach localinfer at {self._url}", hint=_UNREACHABLE_HINT)
+        return LocalInferError(
+            f"the connection to localinfer at {self._url} failed: {exc or type(exc).__name__}",
+            hint="check that the server is still running",
+        )
+
+
+def normalize_url(url: str) -> str:
+    """``http://host:port`` from what a user may type: a bare ``host:port``, a trailing ``/`` or ``/v1``."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
+    return url.removesuffix("/v1")
+
+
+def error_from_body(
+    body: Any, *, status: int | None, model: str | None = None, fallback: type[LocalInferError] = LocalInferError
+) -> LocalInferError:
+    """The ``LocalInferError`` an error response (OpenAI's ``{"error": {...}}`` or Ollama's ``{"error": "..."}``)
+    stands for. The server writes ``"<message>; <hint>"``: they are split again here."""
+    error = body.get("error") if isinstance(body, dict) else None
+    code: str | None = None
+    param: str | None = None
+    if isinstance(error, dict):
+        text = str(error.get("message") or "")
+        code = error.get("code")
+        param = error.get("param")
+    else:
+        text = str(error or body)
+    message, _, hint = text.partition("; ")
+    if code == "model_not_found" or (status == 404 and message.startswith("model '")):
+        return ModelNotFound(_quoted(message) or model or "?", hint=hint or None)
+    if status == 404:
+        return LocalInferError(message, hint=hint or "the server may be an older localinfer; update it")
+    if code in _BY_CODE:
+        return _BY_CODE[code](message, hint=hint or None)
+    if status == 401:
+        return Unauthorized(message, hint=hint or None)
+    if status in (400, 422) or code == "context_length_exceeded":
+        return InvalidRequest(message, param=param, hint=hint or None)
+    if status == 503 and isinstance(error, dict) and fallback is LocalInferError:  # OpenAI-shaped: a busy model
+        return ModelNotReady(message, hint=hint or None)
+    return fallback(message, hint=hint or None)
+
+
+def chat_body(request: ChatRequest) -> dict[str, Any]:
+    """The streamed ``/v1/chat/completions`` body for ``request``, every option as our server reads it."""
+    options = request.options
+    sampling = options.sampling
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "min_p": sampling.min_p,
+        "repeat_penalty": sampling.repeat_penalty,
+        "repeat_last_n": sampling.repeat_last_n,
+        "presence_penalty": sampling.presence_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+        "ignore_eos": options.ignore_eos,
+        "cache_prompt": options.cache_prompt,
+    }
+    if sampling.seed is not None:
+        body["seed"] = sampling.seed
+    if options.max_tokens is not None:
+        body["max_tokens"] = options.max_tokens
+    if options.stop:
+        body["stop"] = list(options.stop)
+    fmt = options.response_format
+    if fmt.type == "json_schema":
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "response", "schema": fmt.schema}}
+    elif fmt.type == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    return body
+
+
+def _usage(body: Any) -> Usage | None:
+    if not isinstance(body, dict):
+        return None
+    details = body.get("prompt_tokens_details") or {}
+    return Usage(
+        prompt_tokens=int(body.get("prompt_tokens") or 0),
+        completion_tokens=int(body.get("completion_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
+def _timings(body: Any) -> Timings | None:
+    if not isinstance(body, dict):
+        return None
+    return Timings(
+        prompt_ms=float(body.get("prompt_ms") or 0.0),
+        predicted_ms=float(body.get("predicted_ms") or 0.0),
+        prompt_n=int(body.get("prompt_n") or 0),
+        predicted_n=int(body.get("predicted_n") or 0),
+    )
+
+
+def _timestamp(text: Any) -> int:
+    if not isinstance(text, str) or not text:
+        return 0
+    try:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0
+
+
+def _quoted(message: str) -> str | None:
+    """``x`` from ``model 'x' not found``; None when the message quotes nothing."""
+    _, quote, rest = message.partition("'")
+    name = rest.rpartition("'")[0] if quote else ""
+    return name or None
