@@ -7,11 +7,12 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from localinfer import __version__
-from localinfer.app.commands import ls, pull, rm, serve, show
+from localinfer.app.commands import ls, pull, rm, serve, show, tui
 from localinfer.config import Settings
 from localinfer.errors import LocalInferError
 
@@ -21,10 +22,12 @@ COMMANDS = (serve, pull, ls, show, rm)
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="localinfer",
-        description="Local LLM inference: an OpenAI-compatible server on llama.cpp, with models that work offline.",
+        description="Local LLM inference: an OpenAI-compatible server on llama.cpp, with models that work offline. "
+        "With no COMMAND, opens the app: chat and model manager in the terminal.",
     )
     parser.add_argument("--version", action="version", version=f"localinfer {__version__}")
     parser.add_argument("--home", help="where models and manifests are kept (LOCALINFER_HOME)")
+    tui.add_arguments(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(subparsers)
@@ -34,8 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
 _CHATTY_LIBRARIES = ("httpx", "httpx2", "huggingface_hub", "filelock")
 
 
-def configure_logging(level_name: str, *, debug: bool, long_running: bool) -> None:
+def configure_logging(level_name: str, *, debug: bool, long_running: bool, log_file: Path | None = None) -> None:
     """Log at ``level_name`` for the server; one-shot commands show warnings and up, so output stays theirs.
+    The app logs to ``log_file``, since the terminal is its screen.
 
     HTTP clients log every request at INFO: they are kept to warnings unless debugging.
     """
@@ -44,7 +48,12 @@ def configure_logging(level_name: str, *, debug: bool, long_running: bool) -> No
         level = logging.DEBUG
     elif not long_running:
         level = max(level, logging.WARNING)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        logging.basicConfig(level=level, format=log_format, filename=log_file)
+    else:
+        logging.basicConfig(level=level, format=log_format)
     if not debug:
         for name in _CHATTY_LIBRARIES:
             logging.getLogger(name).setLevel(max(level, logging.WARNING))
@@ -54,12 +63,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        return 0
+        args.run = tui.run
     debug = os.environ.get("LOCALINFER_DEBUG") == "1"
     try:
         settings = Settings().with_overrides(home=args.home)
-        configure_logging(settings.log_level, debug=debug, long_running=args.command == "serve")
+        in_app = args.command is None
+        configure_logging(
+            settings.log_level,
+            debug=debug,
+            long_running=args.command in ("serve", None),
+            log_file=settings.home / "localinfer.log" if in_app else None,
+        )
         result: int = args.run(args, settings)
         return result
     except LocalInferError as exc:

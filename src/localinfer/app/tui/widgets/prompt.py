@@ -1,0 +1,38 @@
+"""The multi-line prompt: Enter sends, Shift+Enter or Ctrl+J starts a new line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual import events
+from textual.message import Message
+from textual.widgets import TextArea
+
+NEWLINE_KEYS = ("shift+enter", "ctrl+j")
+
+
+class PromptInput(TextArea):
+    """A TextArea that posts ``PromptSubmitted`` on Enter instead of inserting a line break."""
+
+    @dataclass
+    class PromptSubmitted(Message):
+        text: str
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, soft_wrap=True, show_line_numbers=False, tab_behavior="focus")
+        self.border_title = "Message (Enter sends, Ctrl+J new line)"
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()
+            text = self.text.strip()
+            if text:
+                self.post_message(self.PromptSubmitted(text))
+            return
+        if event.key in NEWLINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.insert("\n")
+            return
+        await super()._on_key(event)
