@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
+
+DRAW_EVERY_S = 0.2
+"""How often a streaming reply is redrawn. Drawing Markdown per token costs the event loop's thread as much CPU as
+decoding, and on a small machine that CPU is taken from the model's threads."""
 
 _STATE_NOTES = {
     "stopped": "stopped",
@@ -34,6 +40,8 @@ class MessageView(Vertical):
         self.author = author
         self.message_id = message_id
         self._stream: MarkdownStream | None = None
+        self._undrawn = ""  # streamed text not drawn yet
+        self._drawn_at = 0.0
 
     def compose(self) -> ComposeResult:
         yield Static(self.author, classes="author")
@@ -60,11 +68,20 @@ class MessageView(Vertical):
         return blocks
 
     async def append(self, text: str) -> None:
-        """Add streamed text to the reply."""
+        """Add streamed text to the reply; it is drawn at most every ``DRAW_EVERY_S``."""
         self.content += text
+        self._undrawn += text
+        if time.monotonic() - self._drawn_at >= DRAW_EVERY_S:
+            await self._draw()
+
+    async def _draw(self) -> None:
+        if not self._undrawn:
+            return
         if self._stream is None:
             self._stream = Markdown.get_stream(self.body)
-        await self._stream.write(text)
+        await self._stream.write(self._undrawn)
+        self._undrawn = ""
+        self._drawn_at = time.monotonic()
 
     async def finish(
         self,
@@ -75,6 +92,7 @@ class MessageView(Vertical):
         error: str | None = None,
     ) -> None:
         """Flush the stream and show how the reply went."""
+        await self._draw()
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
