@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -61,7 +62,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 raise ConfigError("--serve listens on 127.0.0.1 only", hint="use 'localinfer serve' for other hosts")
             local.serving = f"http://{settings.host}:{settings.port}"
             serve_api = api_server(create_app(engine, client=local), settings)
-    app = LocalInferApp(client, store, default_model=settings.model, export_dir=Path.cwd(), background=serve_api)
+    app = LocalInferApp(
+        client, store, default_model=settings.model, open_model=args.model, export_dir=Path.cwd(), background=serve_api
+    )
     app.run()
     return 0
 
@@ -80,15 +83,27 @@ def fetch_starter(library: ModelLibrary, settings: Settings) -> None:
 
 
 def api_server(app: FastAPI, settings: Settings) -> Callable[[], Awaitable[None]]:
-    """A coroutine function that serves ``app`` on the app's event loop until cancelled."""
+    """A coroutine function that serves ``app`` on the app's event loop until cancelled. The port is bound here,
+    before the app takes the terminal, so a port in use is one line, not a blank exit."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, settings.port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot serve on {settings.host}:{settings.port}: {exc.strerror}", hint="pick another with --port N"
+        ) from exc
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
 
     async def serve() -> None:
         try:
-            await server.serve()
+            await server.serve(sockets=[sock])
         except asyncio.CancelledError:
             server.should_exit = True
             raise
+        finally:
+            sock.close()
 
     return serve

@@ -39,8 +39,11 @@ class LocalInferApp(App[None]):
         export_dir: Path,
         poll_status: bool = True,
         background: Callable[[], Awaitable[None]] | None = None,
+        open_model: str | None = None,
     ) -> None:
-        """``background`` runs for as long as the app does (the API server of ``--serve``)."""
+        """``default_model`` is the one new conversations use; ``open_model``, when given, opens a new
+        conversation with that model instead of the latest one. ``background`` runs for as long as the app does
+        (the API server of ``--serve``)."""
         super().__init__()
         self.client = client
         self.store = store
@@ -49,6 +52,7 @@ class LocalInferApp(App[None]):
         self.poll_status = poll_status
         self.last_status: ClientStatus | None = None
         self.background = background
+        self.open_model = open_model
 
     async def on_mount(self) -> None:
         self.theme = "textual-dark"

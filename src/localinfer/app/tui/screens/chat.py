@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, ListView, Static
+from textual.widgets import Footer, ListView
 
 from localinfer.app.tui.conversations import Conversation, ConversationSettings, MessageState, StoredMessage
 from localinfer.app.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextInputScreen
@@ -79,7 +79,10 @@ class ChatScreen(Screen[None]):
     async def on_mount(self) -> None:
         store = self.li_app.store
         conversations = store.list_conversations()
-        conversation = conversations[0] if conversations else store.create(model=self.li_app.default_model)
+        if self.li_app.open_model is not None:  # 'localinfer --model M': a new conversation with M
+            conversation = store.create(model=self.li_app.open_model)
+        else:
+            conversation = conversations[0] if conversations else store.create(model=self.li_app.default_model)
         await self.open_conversation(conversation)
         self.query_one(PromptInput).focus()
 
@@ -92,9 +95,10 @@ class ChatScreen(Screen[None]):
         await self.refresh_list()
         log = self.query_one("#messages", VerticalScroll)
         await log.remove_children()
-        views = [self._view(m) for m in self.li_app.store.messages(conversation.id)]
+        messages = self.li_app.store.messages(conversation.id)
+        views = [self._view(m) for m in messages]
         await log.mount_all(views)
-        for view, message in zip(views, self.li_app.store.messages(conversation.id), strict=True):
+        for view, message in zip(views, messages, strict=True):
             if message.role == "assistant":
                 view.show_stats(
                     state=message.state,
@@ -326,8 +330,12 @@ class ChatScreen(Screen[None]):
         if self.conversation is None:
             return
         path = export_path(self.li_app.export_dir, self.conversation)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.li_app.store.export_markdown(self.conversation.id), encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.li_app.store.export_markdown(self.conversation.id), encoding="utf-8")
+        except OSError as exc:
+            self.notify(f"cannot write {path}: {exc.strerror}", title="not exported", severity="error")
+            return
         self.notify(f"exported to {path}")
 
 
@@ -335,6 +343,3 @@ def export_path(folder: Path, conversation: Conversation) -> Path:
     """``<folder>/<title>-<id>.md`` with the title made safe for a file name."""
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in conversation.title).strip("-")[:40] or "chat"
     return folder / f"{safe}-{conversation.id}.md"
-
-
-__all__ = ["ChatScreen", "Static", "chat_request", "export_path"]
