@@ -100,7 +100,7 @@ async def pull(body: PullBody, request: Request) -> StreamingResponse | JSONResp
     if not body.stream:
         try:
             async for _ in events:
-                pass
+                continue  # the answer comes at the end
         finally:
             await events.aclose()
         return JSONResponse({"status": "success"})

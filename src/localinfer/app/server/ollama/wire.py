@@ -35,4 +35,4 @@ class PullBody(ModelBody):
 
 
 class DeleteBody(ModelBody):
-    pass
+    """``DELETE /api/delete``: only the model's name."""
