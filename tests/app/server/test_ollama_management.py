@@ -152,6 +152,18 @@ def test_a_pull_that_cannot_start_is_an_http_error(client: ollama.Client) -> Non
 
 
 @pytest.mark.model
+def test_a_json_body_sent_as_curl_d_sends_it_is_read(managed: ManagedServer) -> None:
+    """Ollama's docs use ``curl -d '{...}'``, which labels the JSON a form; Ollama reads it anyway, and so do we."""
+    form = {**AUTH, "content-type": "application/x-www-form-urlencoded"}
+    missing = httpx.request("DELETE", f"{managed.url}/api/delete", content=b'{"model": "nope"}', headers=form)
+    assert missing.status_code == 404
+    assert missing.json()["error"].startswith("model 'nope' not found")
+    bad = httpx.post(f"{managed.url}/api/pull", content=b'{"model": "not a model", "stream": false}', headers=form)
+    assert bad.status_code == 400
+    assert bad.json()["error"].startswith("'not a model' is not a model reference")
+
+
+@pytest.mark.model
 def test_errors_on_api_routes_are_in_ollamas_shape(managed: ManagedServer) -> None:
     url = managed.url
     unauthorized = httpx.get(f"{url}/api/tags")

@@ -30,7 +30,7 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from localinfer import __version__
 from localinfer.app.server.auth import require_api_key
 from localinfer.app.server.errors import ollama_error_body, user_message
-from localinfer.app.server.ollama.wire import DeleteBody, PullBody
+from localinfer.app.server.ollama.wire import DeleteBody, PullBody, json_body
 from localinfer.client.base import LoadedModelStatus
 from localinfer.client.local import LocalClient
 from localinfer.errors import LocalInferError
@@ -54,6 +54,9 @@ NDJSON = "application/x-ndjson"
 NOT_AVAILABLE = "model management is not available on this server"
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _KEEP_LOADED = timedelta(days=365 * 100)  # no keep-alive: loaded until unloaded
+
+DeleteJSON = Annotated[DeleteBody, Depends(json_body(DeleteBody))]
+PullJSON = Annotated[PullBody, Depends(json_body(PullBody))]
 
 
 def _client(request: Request) -> LocalClient:
@@ -89,13 +92,13 @@ async def localinfer_status(request: Request) -> dict[str, Any]:
 
 
 @router.delete("/delete")
-async def delete(body: DeleteBody, request: Request) -> Response:
+async def delete(request: Request, body: DeleteJSON) -> Response:
     await _client(request).remove(body.target())
     return Response(status_code=200)
 
 
 @router.post("/pull", response_model=None)
-async def pull(body: PullBody, request: Request) -> StreamingResponse | JSONResponse:
+async def pull(request: Request, body: PullJSON) -> StreamingResponse | JSONResponse:
     events = _client(request).pull(body.target())
     if not body.stream:
         try:

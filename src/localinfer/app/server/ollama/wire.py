@@ -6,7 +6,13 @@ that older clients send is accepted too.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import json
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from localinfer.errors import InvalidRequest
 
@@ -36,3 +42,24 @@ class PullBody(ModelBody):
 
 class DeleteBody(ModelBody):
     """``DELETE /api/delete``: only the model's name."""
+
+
+BodyT = TypeVar("BodyT", bound=BaseModel)
+
+
+def json_body(model: type[BodyT]) -> Callable[[Request], Awaitable[BodyT]]:
+    """A dependency reading the body as JSON whatever its Content-Type: Ollama's own docs send JSON with
+    ``curl -d``, which labels it a form, and Ollama reads it anyway."""
+
+    async def parse(request: Request) -> BodyT:
+        raw = await request.body()
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": "invalid JSON"}]) from exc
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from exc
+
+    return parse
