@@ -64,8 +64,7 @@ async def through_the_app(settings: Settings, tokens: int) -> list[float]:
         for prompt in PROMPTS:
             await pilot.press(*prompt, "enter")
             await pilot.pause(0.2)
-            while chat.generating:
-                await asyncio.sleep(0.05)
+            await app.workers.wait_for_complete()  # the reply's worker
         return [m.tokens_per_second or 0.0 for m in store.messages(conversation.id) if m.role == "assistant"]
 
 
