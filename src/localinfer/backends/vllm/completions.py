@@ -1,0 +1,114 @@
+"""A core ``GenerationRequest`` as a streamed ``/v1/completions`` call to vLLM, and its events back as chunks."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from localinfer.errors import GenerationFailed, InvalidRequest, LocalInferError, ModelNotReady
+from localinfer.types import FinishReason, GenerationRequest, Timings, TokenChunk, Usage
+
+
+def completion_body(model: str, request: GenerationRequest) -> dict[str, Any]:
+    """The streamed completion request for ``request``, in vLLM's parameter names.
+
+    ``max_tokens`` is sent even when None: vLLM then fills the context, where its default would be 16.
+    """
+    options = request.options
+    sampling = options.sampling
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": request.prompt,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": options.max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k if sampling.top_k > 0 else -1,
+        "min_p": sampling.min_p,
+        "repetition_penalty": sampling.repeat_penalty,
+        "presence_penalty": sampling.presence_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+        "seed": sampling.seed,
+        "stop": list(options.stop),
+        "ignore_eos": options.ignore_eos,
+        "add_special_tokens": request.add_special,
+    }
+    response_format = options.response_format
+    if response_format.type == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    elif response_format.type == "json_schema":
+        schema = {"name": "response", "schema": response_format.schema or {}}
+        body["response_format"] = {"type": "json_schema", "json_schema": schema}
+    return body
+
+
+def error_for(status: int, body: bytes) -> LocalInferError:
+    """The localinfer error for an engine's non-200 answer, with the engine's own message."""
+    try:
+        error = json.loads(body).get("error") or {}
+    except (ValueError, AttributeError):
+        error = {}
+    if isinstance(error, str):
+        error = {"message": error}
+    message = str(error.get("message") or body.decode(errors="replace")[:500] or f"status {status}")
+    if status == 400:
+        param = error.get("param")
+        return InvalidRequest(message, param=param if isinstance(param, str) else None)
+    if status == 503:
+        return ModelNotReady(f"the vLLM engine is not ready: {message}")
+    return GenerationFailed(f"the vLLM engine failed ({status}): {message}")
+
+
+async def sse_data(body: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The ``data`` of each event in a server-sent event stream (multi-line data joined with newlines)."""
+    buffer = b""
+    async for chunk in body:
+        buffer = (buffer + chunk).replace(b"\r\n", b"\n")
+        while (end := buffer.find(b"\n\n")) >= 0:
+            event, buffer = buffer[:end], buffer[end + 2 :]
+            lines = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+            if lines:
+                yield b"\n".join(lines).decode(errors="replace")
+
+
+async def token_chunks(events: AsyncIterator[str]) -> AsyncIterator[TokenChunk]:
+    """Chunks from a completion's event data; the last one carries the finish reason, usage and timings.
+
+    Timings are measured here: prompt time is the wait for the first token, generation time the rest.
+    Raises GenerationFailed when the stream carries an error or ends without finishing.
+    """
+    started = time.perf_counter()
+    first_token: float | None = None
+    finish: FinishReason | None = None
+    usage: Usage | None = None
+    async for data in events:
+        if data.strip() == "[DONE]":
+            break
+        try:
+            payload = json.loads(data)
+        except ValueError as exc:
+            raise GenerationFailed(f"the vLLM engine sent an event that is not JSON: {data[:200]!r}") from exc
+        if payload.get("error"):
+            error = payload["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise GenerationFailed(f"the vLLM engine failed mid-generation: {message}")
+        if payload.get("usage"):
+            u = payload["usage"]
+            cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            usage = Usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0), cached)
+        for choice in payload.get("choices") or []:
+            if choice.get("text"):
+                first_token = first_token if first_token is not None else time.perf_counter()
+                yield TokenChunk(choice["text"])
+            if choice.get("finish_reason"):
+                finish = "length" if choice["finish_reason"] == "length" else "stop"
+    if finish is None:
+        raise GenerationFailed("the vLLM engine's stream ended before the generation finished")
+    ended = time.perf_counter()
+    first = first_token if first_token is not None else ended
+    usage = usage or Usage(0, 0)
+    timings = Timings((first - started) * 1000, (ended - first) * 1000, usage.prompt_tokens, usage.completion_tokens)
+    yield TokenChunk("", finish_reason=finish, usage=usage, timings=timings)
