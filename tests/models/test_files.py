@@ -63,3 +63,27 @@ def test_a_tag_matches_case_insensitively_and_never_picks_a_projector() -> None:
     assert choice is not None and choice.group.main == "Model-Q8_0.gguf"
     assert choose_files(group_model_files(BARTOWSKI), "f16") is None
     assert choose_files(group_model_files(BARTOWSKI), "Q6_K") is None
+
+
+REPO = ["M-Q2_K.gguf", "M-Q4_K_M.gguf", "M-Q6_K.gguf", "M-Q8_0.gguf", "M-F16.gguf"]
+SIZES = {"M-Q2_K.gguf": 3_000, "M-Q4_K_M.gguf": 5_000, "M-Q6_K.gguf": 6_600, "M-Q8_0.gguf": 8_500, "M-F16.gguf": 16_000}
+
+
+@pytest.mark.parametrize(
+    ("room", "quant", "words"),
+    [
+        (100_000, "Q8_0", "Q8_0 is the best quantization that fits"),  # never F16 without a tag, however much room
+        (7_000, "Q6_K", "Q6_K is the largest quantization that fits"),
+        (5_500, "Q4_K_M", "Q4_K_M is the largest quantization that fits"),
+        (1_000, "Q2_K", "none fits this machine's memory: Q2_K is the smallest"),
+    ],
+)
+def test_without_a_tag_the_best_quantization_that_fits_is_chosen(room: int, quant: str, words: str) -> None:
+    choice = choose_files(group_model_files(REPO), None, sizes=SIZES, fits=lambda size: size <= room)
+    assert choice is not None
+    assert (choice.group.quant, words in choice.reason) == (quant, True)
+
+
+def test_a_tag_wins_over_what_fits() -> None:
+    choice = choose_files(group_model_files(REPO), "f16", sizes=SIZES, fits=lambda size: size <= 1)
+    assert choice is not None and choice.group.quant == "F16"

@@ -19,6 +19,9 @@ from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.config import Settings
 from localinfer.engine.templates import ChatTemplate
 from localinfer.errors import LocalInferError, ModelNotReady
+from localinfer.hardware.model_profile import from_gguf
+from localinfer.hardware.plan import Overrides, plan
+from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.gguf import cached_gguf_info
 from localinfer.models.store import Manifest, ModelSource
 from localinfer.types import ChatRequest, CompletionRequest, GenerationRequest, ModelInfo, TokenStream
@@ -46,23 +49,56 @@ class Runner:
 
 
 class Engine:
-    def __init__(self, settings: Settings, models: ModelSource, backend_factory: BackendFactory = LlamaCppBackend):
+    def __init__(
+        self,
+        settings: Settings,
+        models: ModelSource,
+        backend_factory: BackendFactory = LlamaCppBackend,
+        *,
+        hardware: HardwareProfile | None = None,
+    ) -> None:
+        """With ``hardware``, each GGUF model loads as the planner says (GPU layers, context, slots, threads),
+        except where the settings say otherwise; without, as the settings say."""
         self._settings = settings
         self._models = models
         self._backend_factory = backend_factory
+        self._hardware = hardware
         self._runners: dict[str, Runner] = {}
         self._loading: set[asyncio.Task[None]] = set()
 
     def _load_spec(self, manifest: Manifest, ctx_size: int | None) -> LoadSpec:
         s = self._settings
-        return LoadSpec(
+        spec = LoadSpec(
             path=manifest.path,
             ctx_size=s.ctx_size if ctx_size is None else ctx_size,
             threads=s.threads,
             batch_size=s.batch_size,
             parallel=s.parallel,
             max_queue=s.max_queue,
+            gpu_layers=s.gpu_layers or 0,
+        )
+        if self._hardware is None or manifest.format != "gguf":
+            return spec
+        overrides = Overrides(
             gpu_layers=s.gpu_layers,
+            ctx_size=spec.ctx_size or None,
+            parallel=s.parallel or None,
+            threads=s.threads or None,
+        )
+        try:
+            chosen = plan(self._hardware, from_gguf(manifest.name, cached_gguf_info(manifest.path)), overrides)
+        except LocalInferError as exc:
+            log.warning("no plan for %s (%s): loading it as configured", manifest.name, exc.message)
+            return spec
+        log.info("plan for %s: %s", manifest.name, "; ".join(chosen.reasons))
+        if not chosen.fits:
+            log.warning("%s may not fit in memory: %s", manifest.name, chosen.reasons)
+        return dataclasses.replace(
+            spec,
+            ctx_size=chosen.ctx_size,
+            threads=chosen.threads,
+            parallel=chosen.parallel,
+            gpu_layers=chosen.gpu_layers,
         )
 
     def preload(self, manifest: Manifest, *, ctx_size: int | None = None) -> Runner:

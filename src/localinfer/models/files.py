@@ -8,7 +8,7 @@ them. A model is a group of files: one file, or every part of a split model, loa
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -104,6 +104,36 @@ def group_model_files(paths: Iterable[str]) -> list[FileGroup]:
 
 
 DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")
+QUALITY_LADDER = (  # quantizations best first, to Q8_0 at most: F16 and BF16 only when asked for by tag
+    "Q8_0",
+    "Q6_K",
+    "Q6_K_L",
+    "Q5_K_L",
+    "Q5_K_M",
+    "Q5_K_S",
+    "Q5_1",
+    "Q5_0",
+    "Q4_K_L",
+    "Q4_K_M",
+    "IQ4_NL",
+    "Q4_K_S",
+    "IQ4_XS",
+    "Q4_1",
+    "Q4_0",
+    "Q3_K_XL",
+    "Q3_K_L",
+    "Q3_K_M",
+    "IQ3_M",
+    "IQ3_XS",
+    "Q3_K_S",
+    "IQ3_XXS",
+    "Q2_K_L",
+    "Q2_K",
+    "IQ2_M",
+    "IQ2_S",
+    "IQ2_XS",
+    "IQ2_XXS",
+)
 
 
 @dataclass(frozen=True)
@@ -114,11 +144,19 @@ class Choice:
     reason: str
 
 
-def choose_files(groups: list[FileGroup], tag: str | None) -> Choice | None:
+def choose_files(
+    groups: list[FileGroup],
+    tag: str | None,
+    *,
+    sizes: Mapping[str, int] | None = None,
+    fits: Callable[[int], bool] | None = None,
+) -> Choice | None:
     """Pick a model like llama.cpp's ``-hf`` and Ollama's ``hf.co/`` do; None when nothing matches.
 
     With a tag: the group whose quantization equals it (case-insensitively), else the first whose file name
-    contains it between separators. Without: ``Q4_K_M``, then ``Q8_0``, then the first model file.
+    contains it between separators. Without, when ``fits`` (does a model of this many bytes fit this machine?)
+    and each file's size are given: the best quantization up to Q8_0 that fits, else the smallest there is.
+    Otherwise: ``Q4_K_M``, then ``Q8_0``, then the first model file.
     """
     if tag is not None:
         wanted = tag.upper()
@@ -130,6 +168,10 @@ def choose_files(groups: list[FileGroup], tag: str | None) -> Choice | None:
             if pattern.search(PurePosixPath(group.main).name):
                 return Choice(group, f"its name contains the tag {tag}")
         return None
+    if fits is not None and sizes is not None:
+        fitted = _largest_that_fits(groups, sizes, fits)
+        if fitted is not None:
+            return fitted
     for quant in DEFAULT_QUANTS:
         for group in groups:
             if group.quant == quant:
@@ -138,3 +180,16 @@ def choose_files(groups: list[FileGroup], tag: str | None) -> Choice | None:
         others = "; no Q4_K_M or Q8_0 file" if len(groups) > 1 else ""
         return Choice(groups[0], f"it is the repository's first model file{others}")
     return None
+
+
+def _largest_that_fits(groups: list[FileGroup], sizes: Mapping[str, int], fits: Callable[[int], bool]) -> Choice | None:
+    ranked = sorted((g for g in groups if g.quant in QUALITY_LADDER), key=lambda g: QUALITY_LADDER.index(g.quant or ""))
+    if not ranked:
+        return None
+    size = {g.main: sum(sizes.get(p, 0) for p in g.paths) for g in ranked}
+    for group in ranked:
+        if fits(size[group.main]):
+            best = " the best quantization" if group is ranked[0] else " the largest quantization"
+            return Choice(group, f"no tag was given and {group.quant} is{best} that fits this machine's memory")
+    smallest = min(ranked, key=lambda g: size[g.main])
+    return Choice(smallest, f"no tag was given and none fits this machine's memory: {smallest.quant} is the smallest")

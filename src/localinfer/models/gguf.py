@@ -70,7 +70,10 @@ class GGUFInfo:
       ``general.size_label`` as written (``apache-2.0``, ``smollm2``, ``135M``);
     - ``embedding_length``, ``head_count``, ``head_count_kv``: ``<arch>.embedding_length`` and
       ``<arch>.attention.head_count[_kv]``; the head counts are None where the file gives one per layer;
-    - ``split_count``: ``split.count``, how many files the model is split into.
+    - ``split_count``: ``split.count``, how many files the model is split into;
+    - ``key_length``, ``value_length``, ``sliding_window``: ``<arch>.attention.key_length``, ``.value_length`` and
+      ``.sliding_window`` (a head's key and value sizes when they are not embedding / heads; the window of
+      sliding-window attention).
     """
 
     architecture: str
@@ -87,6 +90,9 @@ class GGUFInfo:
     head_count: int | None = None
     head_count_kv: int | None = None
     split_count: int | None = None
+    key_length: int | None = None
+    value_length: int | None = None
+    sliding_window: int | None = None
     basename: str | None = None
     size_label: str | None = None
 
@@ -354,6 +360,9 @@ def _info(path: Path, meta: dict[str, Scalar | None], size: int, tensors: _Tenso
         head_count=_int_or_none(meta.get(f"{arch}.attention.head_count")),
         head_count_kv=_int_or_none(meta.get(f"{arch}.attention.head_count_kv")),
         split_count=split_count,
+        key_length=_int_or_none(meta.get(f"{arch}.attention.key_length")),
+        value_length=_int_or_none(meta.get(f"{arch}.attention.value_length")),
+        sliding_window=_int_or_none(meta.get(f"{arch}.attention.sliding_window")),
         basename=_text_or_none(meta.get("general.basename")),
         size_label=_text_or_none(meta.get("general.size_label")),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from localinfer.config import STARTER_MODEL, Settings
@@ -33,6 +34,7 @@ def pull(
     name: str | None = None,
     progress: ProgressSink = ignore_progress,
     hub: HubClient | None = None,
+    fits: Callable[[int], bool] | None = None,
 ) -> Manifest:
     """Fetch or register the model ``ref`` names and return its manifest.
 
@@ -41,7 +43,8 @@ def pull(
       not copied and its sha256 is not computed: hashing a multi-gigabyte file the user already has would make
       the pull slow, and the store only addresses its own blobs by digest.
     - A Hub reference is pulled with ``hub`` (by default a ``HubClient`` configured from the environment) into
-      the Hugging Face cache and registered under ``name``, else the reference as typed. A catalog name whose
+      the Hugging Face cache and registered under ``name``, else the reference as typed. Without a tag, ``fits``
+      (does a model of this many bytes fit this machine?) picks the best quantization that fits. A catalog name whose
       entry has an offline copy falls back to it when the Hub cannot be reached.
 
     Raises PullError (with a hint) for anything that cannot be pulled, HubUnreachable and DiskFull among them.
@@ -60,7 +63,7 @@ def pull(
     if isinstance(parsed.ref, PathRef):
         return _register_local(store, parsed.ref.path, name=target, progress=progress)
     try:
-        return pull_hub(store, hub or HubClient(), parsed.ref, name=target, progress=progress)
+        return pull_hub(store, hub or HubClient(), parsed.ref, name=target, progress=progress, fits=fits)
     except HubUnreachable as exc:
         offline = parsed.catalog.offline if parsed.catalog else None
         if offline is None:
@@ -70,11 +73,19 @@ def pull(
         return pull(store, offline, settings, name=target, progress=progress)
 
 
-def pull_hub(store: ModelStore, hub: HubClient, ref: HubRef, *, name: str, progress: ProgressSink) -> Manifest:
+def pull_hub(
+    store: ModelStore,
+    hub: HubClient,
+    ref: HubRef,
+    *,
+    name: str,
+    progress: ProgressSink,
+    fits: Callable[[int], bool] | None = None,
+) -> Manifest:
     """Pull ``ref`` into the Hugging Face cache and register it as ``name``. See ``pull`` for what it raises."""
     progress(ProgressEvent(f"pulling manifest of {ref.repo_id}"))
     listing = hub.list_repo(ref.repo_id, ref.revision)
-    group, reason = _choose(listing, ref)
+    group, reason = _choose(listing, ref, fits)
     by_path = {f.path: f for f in listing.files}
     remote = [by_path[path] for path in group.paths]
     total = sum(f.size for f in remote)
@@ -108,7 +119,7 @@ def pull_hub(store: ModelStore, hub: HubClient, ref: HubRef, *, name: str, progr
     return manifest
 
 
-def _choose(listing: RepoListing, ref: HubRef) -> tuple[FileGroup, str]:
+def _choose(listing: RepoListing, ref: HubRef, fits: Callable[[int], bool] | None) -> tuple[FileGroup, str]:
     """The files to pull for ``ref`` and why; raises PullError naming what the repository offers instead."""
     groups = group_model_files(f.path for f in listing.files)
     offered = ", ".join(g.quant or g.main for g in groups) or "none"
@@ -132,7 +143,7 @@ def _choose(listing: RepoListing, ref: HubRef) -> tuple[FileGroup, str]:
                 f"{ref.repo_id} has no GGUF model file",
                 hint="localinfer runs GGUF models: look for a repository named like the model with -GGUF",
             )
-        choice = choose_files(groups, ref.tag)
+        choice = choose_files(groups, ref.tag, sizes={f.path: f.size for f in listing.files}, fits=fits)
         if choice is None:
             raise PullError(
                 f"{ref.repo_id} has no {ref.tag} file",

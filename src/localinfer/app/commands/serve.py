@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--threads", type=int, help="CPU threads (default: one per physical core)")
     p.add_argument("--parallel", type=int, help="requests decoded together (slots; default: up to 4, as memory allows)")
     p.add_argument("--max-queue", type=int, help="requests that may wait for a slot before the server says 503")
-    p.add_argument("--gpu-layers", type=int, help="layers to offload to the GPU (-1: all)")
+    p.add_argument("--gpu-layers", type=int, help="layers to offload to the GPU (-1: all; default: as many as fit)")
     p.set_defaults(run=run)
 
 

@@ -1,0 +1,1 @@
+"""What this machine has (``detect``) and what to run on it (``plan``)."""

@@ -1,0 +1,264 @@
+"""The planner: a hardware profile and a model in, a backend and how to run it out, each choice explained.
+
+Rules (issue 6):
+- GGUF runs on llama.cpp, with as many layers on the GPU as fit: each layer's weights plus its slice of the KV
+  cache for the context and slots, after a compute reserve and a margin per device.
+- ONNX (onnxruntime-genai) runs on ONNX Runtime with the best provider present: CUDA, DirectML, CoreML, else CPU.
+- A Hugging Face (safetensors) model runs on vLLM only on Linux with an NVIDIA GPU of compute capability >= 8.0 and
+  >= 40 GiB, with vllm importable.
+- The user's ``--backend``, ``--gpu-layers`` and ``--ctx`` win over every rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from localinfer.errors import LocalInferError
+from localinfer.hardware.model_profile import ModelProfile
+from localinfer.hardware.profile import GiB, GPUInfo, HardwareProfile
+
+MiB = 1 << 20
+BACKENDS = ("llamacpp", "onnx", "vllm")
+CTX_CAP = 8192  # the default context when the model was trained for more (as LoadSpec.ctx_cap)
+CTX_FLOOR = 512
+MOST_SLOTS = 4
+GPU_COMPUTE_RESERVE = 512 * MiB  # llama.cpp's compute buffers and CUDA's context
+CPU_COMPUTE_RESERVE = 256 * MiB
+VLLM_MIN_MEMORY = 40 * GiB
+VLLM_MIN_CC = (8, 0)
+OFFLOAD_APIS = ("cuda", "rocm", "metal", "vulkan")
+ORT_PROVIDERS = (  # (provider, what it needs, how to say it)
+    ("CUDAExecutionProvider", "nvidia", "the NVIDIA GPU through CUDA"),
+    ("DmlExecutionProvider", "directml", "the GPU through DirectML"),
+    ("CoreMLExecutionProvider", "apple", "Apple's Neural Engine and GPU through CoreML"),
+)
+
+
+class PlanError(LocalInferError):
+    """The model cannot run on this machine as asked (a backend missing, a format no backend here serves)."""
+
+
+@dataclass(frozen=True)
+class Overrides:
+    backend: str | None = None
+    gpu_layers: int | None = None  # -1: all
+    ctx_size: int | None = None
+    parallel: int | None = None
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    backend: str  # llamacpp, onnx, vllm
+    device: str  # "cpu", "cuda:0", "cuda:0,1", "metal", "directml", ...
+    gpu_layers: int  # layers offloaded (llama.cpp); the output layer counts as one
+    ctx_size: int
+    parallel: int
+    threads: int
+    provider: str | None = None  # the ONNX Runtime execution provider
+    memory_bytes: int = 0  # weights + KV cache + compute reserve, all devices
+    fits: bool = True
+    reasons: tuple[str, ...] = ()
+
+
+def _gb(n: int) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+def plan(hw: HardwareProfile, model: ModelProfile, overrides: Overrides = Overrides()) -> Plan:
+    """Choose how to run ``model`` here. Raises PlanError when nothing here can serve it as asked."""
+    backend = overrides.backend or {"gguf": "llamacpp", "onnx": "onnx", "hf": "vllm"}[model.format]
+    if backend not in BACKENDS:
+        raise PlanError(f"there is no backend called {backend}", hint="use " + ", ".join(BACKENDS))
+    if backend == "vllm":
+        _check_vllm_hardware(hw, model)  # before availability: installing vLLM would not help without the GPU
+    available = hw.backend(backend)
+    if not available.available:
+        raise PlanError(f"the {backend} backend is not available here: {available.reason}", hint=_install(backend))
+    if backend == "llamacpp":
+        if model.format != "gguf":
+            raise PlanError(f"llama.cpp runs GGUF files, not {model.format} models", hint="pull a GGUF of it")
+        return _plan_llamacpp(hw, model, overrides, available.gpu_offload)
+    if backend == "onnx":
+        if model.format != "onnx":
+            raise PlanError("ONNX Runtime runs ONNX models", hint="convert it: localinfer convert MODEL --to onnx")
+        return _plan_onnx(hw, model, overrides)
+    return _plan_vllm(hw, model, overrides)
+
+
+def _install(backend: str) -> str:
+    return {
+        "onnx": "pip install 'localinfer[onnx]'",
+        "vllm": "pip install 'localinfer[vllm]' on Linux with an NVIDIA GPU",
+    }.get(backend, "reinstall localinfer")
+
+
+def _threads(hw: HardwareProfile, overrides: Overrides) -> int:
+    return overrides.threads or max(1, hw.cpu.physical_cores)
+
+
+def _context(model: ModelProfile, overrides: Overrides) -> tuple[int, str]:
+    if overrides.ctx_size:
+        return overrides.ctx_size, f"context {overrides.ctx_size} tokens, as asked"
+    trained = model.context_train or 4096
+    if trained > CTX_CAP:
+        return CTX_CAP, f"context {CTX_CAP} tokens of the {trained} the model was trained for (--ctx for more)"
+    return trained, f"context {trained} tokens, all the model was trained for"
+
+
+def _ram_budget(hw: HardwareProfile) -> int:
+    available = hw.memory.available
+    return max(0, available - max(GiB, available // 10))
+
+
+def _gpu_budget(gpu: GPUInfo, hw: HardwareProfile) -> int:
+    """What llama.cpp may put on ``gpu``: its free memory (the shared RAM for unified memory) less a margin and the
+    compute reserve."""
+    free = gpu.memory_free if gpu.memory_free is not None else int(gpu.memory_total * 0.9)
+    if gpu.unified_memory:
+        free = min(free, hw.memory.available)
+    margin = max(512 * MiB, gpu.memory_total // 20)
+    return max(0, free - margin - GPU_COMPUTE_RESERVE)
+
+
+def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Overrides, gpu_offload: bool) -> Plan:
+    reasons = [f"llama.cpp: {model.name} is a GGUF file"]
+    ctx, why_ctx = _context(model, overrides)
+    kv_token = model.kv_bytes_per_token or 0
+    gpus = [g for g in hw.gpus if g.api in OFFLOAD_APIS] if gpu_offload else []
+    unified = any(g.unified_memory for g in gpus)
+    gpu_room = sum(_gpu_budget(g, hw) for g in gpus)
+    ram = _ram_budget(hw)
+    room = ram if unified else ram + gpu_room  # unified memory is the same RAM: count it once
+
+    # The context shrinks (unless it was asked for) until one slot fits beside the weights; when the weights
+    # alone do not fit, shrinking it would not help.
+    weights_fit = model.size_bytes + kv_token * CTX_FLOOR + CPU_COMPUTE_RESERVE <= room
+    while not overrides.ctx_size and weights_fit and model.size_bytes + kv_token * ctx + CPU_COMPUTE_RESERVE > room:
+        ctx //= 2
+        why_ctx = f"context {ctx} tokens: a longer one would not fit in memory"
+    reasons.append(why_ctx)
+
+    slots = overrides.parallel or _slots(room - model.size_bytes - CPU_COMPUTE_RESERVE, kv_token * ctx)
+    reasons.append(
+        f"{slots} slot{'s' if slots != 1 else ''}"
+        + (" as asked" if overrides.parallel else ", as many as memory holds")
+    )
+    need = model.size_bytes + kv_token * ctx * slots + CPU_COMPUTE_RESERVE
+    fits = need <= room
+    if not fits:
+        reasons.append(f"needs {_gb(need)} but only {_gb(room)} can be used here: it will swap or fail to load")
+
+    layers_total = (model.n_layers or 0) + 1  # llama.cpp counts the output layer as one more
+    gpu_layers, device = 0, "cpu"
+    if overrides.gpu_layers is not None:
+        gpu_layers = layers_total if overrides.gpu_layers < 0 else min(overrides.gpu_layers, layers_total)
+        device = _devices(gpus) if gpu_layers and gpus else "cpu"
+        reasons.append(f"{gpu_layers} layers on the GPU, as asked")
+    elif not hw.gpus:
+        reasons.append("no GPU was found: every layer runs on the CPU")
+    elif not gpu_offload:
+        reasons.append("llama-cpp-python was built without GPU support: every layer runs on the CPU")
+    elif not gpus:
+        reasons.append("this build of llama.cpp cannot reach the GPU found (no CUDA, ROCm, Metal or Vulkan)")
+    else:
+        per_layer = model.layer_bytes + model.kv_bytes_per_token_per_layer * ctx * slots
+        gpu_layers = min(layers_total, gpu_room // max(per_layer, 1))
+        device = _devices(gpus) if gpu_layers else "cpu"
+        where = f"{len(gpus)} GPUs" if len(gpus) > 1 else gpus[0].name
+        if gpu_layers == layers_total:
+            reasons.append(f"all {layers_total} layers on {where} ({_gb(gpu_room)} free for them)")
+        elif gpu_layers:
+            reasons.append(
+                f"{gpu_layers} of {layers_total} layers on {where}: each takes {per_layer / MiB:.0f} MiB with its "
+                f"KV cache and {_gb(gpu_room)} is free; the rest run on the CPU"
+            )
+        else:
+            reasons.append(f"no layer fits on {where} ({_gb(gpu_room)} free): every layer runs on the CPU")
+    threads = _threads(hw, overrides)
+    reasons.append(f"{threads} CPU threads, one per physical core")
+    return Plan(
+        "llamacpp", device, gpu_layers, ctx, slots, threads, memory_bytes=need, fits=fits, reasons=tuple(reasons)
+    )
+
+
+def _slots(room: int, per_slot: int) -> int:
+    """Up to MOST_SLOTS, as many as fit in a quarter of the memory left after the weights."""
+    if per_slot <= 0:
+        return MOST_SLOTS
+    return max(1, min(MOST_SLOTS, max(room, 0) // 4 // per_slot))
+
+
+def _devices(gpus: list[GPUInfo]) -> str:
+    api = gpus[0].api
+    return "metal" if api == "metal" else f"{api}:" + ",".join(str(g.index) for g in gpus)
+
+
+def _plan_onnx(hw: HardwareProfile, model: ModelProfile, overrides: Overrides) -> Plan:
+    ctx, why_ctx = _context(model, overrides)
+    provider, device, why = "CPUExecutionProvider", "cpu", "ONNX Runtime on the CPU: no GPU provider fits this machine"
+    vendors = {g.vendor for g in hw.gpus}
+    apis = {g.api for g in hw.gpus}
+    for name, needs, said in ORT_PROVIDERS:
+        present = name in hw.onnx_providers
+        if present and (needs in vendors or needs in apis):
+            provider, device, why = name, needs if needs != "nvidia" else "cuda:0", f"ONNX Runtime on {said}"
+            break
+    threads = _threads(hw, overrides)
+    need = model.size_bytes + (model.kv_bytes_per_token or 0) * ctx + CPU_COMPUTE_RESERVE
+    reasons = (why, why_ctx, "1 slot: onnxruntime-genai runs one request at a time", f"{threads} CPU threads")
+    return Plan("onnx", device, 0, ctx, 1, threads, provider=provider, memory_bytes=need, reasons=reasons)
+
+
+def _vllm_gpus(hw: HardwareProfile) -> list[GPUInfo]:
+    return [
+        g
+        for g in hw.gpus
+        if g.vendor == "nvidia"
+        and (g.compute_capability or (0, 0)) >= VLLM_MIN_CC
+        and g.memory_total >= VLLM_MIN_MEMORY
+    ]
+
+
+def _check_vllm_hardware(hw: HardwareProfile, model: ModelProfile) -> None:
+    if model.format == "gguf":
+        raise PlanError("vLLM is not used for GGUF files here", hint="serve it with llama.cpp (the default)")
+    convert = "convert the model to ONNX (localinfer convert MODEL --to onnx) or pull a GGUF of it"
+    if hw.os != "linux":
+        raise PlanError(f"{model.name} needs vLLM, which runs on Linux only", hint=convert)
+    if not _vllm_gpus(hw):
+        raise PlanError(
+            f"{model.name} needs vLLM, which needs an NVIDIA GPU of compute capability 8.0 or more with 40 GiB or more",
+            hint=convert,
+        )
+
+
+def _plan_vllm(hw: HardwareProfile, model: ModelProfile, overrides: Overrides) -> Plan:
+    ctx, why_ctx = _context(model, overrides)
+    gpu = _vllm_gpus(hw)[0]
+    reasons = (
+        f"vLLM on {gpu.name} ({_gb(gpu.memory_total)}, compute capability {gpu.compute_capability}): "
+        f"a datacenter GPU serves {model.format} models fastest with vLLM",
+        why_ctx,
+        "vLLM batches requests itself",
+    )
+    return Plan(
+        "vllm",
+        f"cuda:{gpu.index}",
+        -1,
+        ctx,
+        overrides.parallel or 0,
+        _threads(hw, overrides),
+        memory_bytes=model.size_bytes,
+        reasons=reasons,
+    )
+
+
+def fits_in(hw: HardwareProfile, size_bytes: int, *, gpu_offload: bool) -> bool:
+    """Whether a model file of ``size_bytes`` (plus a fifth for its cache and buffers) fits this machine's GPUs
+    when llama.cpp can use them, else its RAM: the test ``pull`` uses to pick a quantization."""
+    need = int(size_bytes * 1.2) + CPU_COMPUTE_RESERVE
+    gpus = [g for g in hw.gpus if g.api in OFFLOAD_APIS] if gpu_offload else []
+    if gpus:
+        return need <= sum(_gpu_budget(g, hw) for g in gpus)
+    return need <= _ram_budget(hw)

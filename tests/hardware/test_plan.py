@@ -1,0 +1,140 @@
+"""The planner over a table of machines and models: backend, device, GPU layers, context, slots, and why."""
+
+from __future__ import annotations
+
+import pytest
+
+from localinfer.hardware.model_profile import ModelProfile
+from localinfer.hardware.plan import Overrides, PlanError, fits_in, plan
+from tests.hardware.profiles import GB, HARDWARE, MODELS
+
+# (machine, model, backend, device, GPU layers, context, slots, fits, words the explanation must hold)
+PLANS = [
+    ("laptop without GPU", "SmolLM2 135M Q4_1", "llamacpp", "cpu", 0, 8192, 4, True, "no GPU was found"),
+    ("laptop without GPU", "Llama 3.1 8B Q4_K_M", "llamacpp", "cpu", 0, 8192, 1, True, "8192 tokens of the 131072"),
+    ("laptop without GPU", "Llama 3.3 70B Q4_K_M", "llamacpp", "cpu", 0, 8192, 1, False, "it will swap or fail"),
+    ("8 GB RAM machine", "SmolLM2 135M Q4_1", "llamacpp", "cpu", 0, 8192, 4, True, "4 slots"),
+    ("8 GB RAM machine", "Llama 3.1 8B Q4_K_M", "llamacpp", "cpu", 0, 8192, 1, False, "needs 5.8 GiB but only 4.0 GiB"),
+    ("RTX 3060 12 GB", "SmolLM2 135M Q4_1", "llamacpp", "cuda:0", 31, 8192, 4, True, "all 31 layers on NVIDIA"),
+    ("RTX 3060 12 GB", "Llama 3.1 8B Q4_K_M", "llamacpp", "cuda:0", 33, 8192, 4, True, "all 33 layers"),
+    ("RTX 3060 12 GB", "Llama 3.3 70B Q4_K_M", "llamacpp", "cuda:0", 20, 8192, 1, False, "20 of 81 layers"),
+    ("RTX 4090 24 GB", "Llama 3.1 8B Q4_K_M", "llamacpp", "cuda:0", 33, 8192, 4, True, "all 33 layers"),
+    ("RTX 4090 24 GB", "Llama 3.3 70B Q4_K_M", "llamacpp", "cuda:0", 39, 8192, 2, True, "the rest run on the CPU"),
+    ("two RTX 4060 Ti 16 GB", "Llama 3.1 8B Q4_K_M", "llamacpp", "cuda:0,1", 33, 8192, 4, True, "on 2 GPUs"),
+    ("two RTX 4060 Ti 16 GB", "Llama 3.3 70B Q4_K_M", "llamacpp", "cuda:0,1", 49, 8192, 3, True, "49 of 81 layers"),
+    ("Apple M2 16 GB", "Llama 3.1 8B Q4_K_M", "llamacpp", "metal", 33, 8192, 1, True, "all 33 layers on Apple M2"),
+    ("Apple M2 16 GB", "Llama 3.3 70B Q4_K_M", "llamacpp", "metal", 15, 8192, 1, False, "it will swap or fail"),
+    ("Apple M2 16 GB", "Qwen2.5 1.5B ONNX int4", "onnx", "apple", 0, 8192, 1, True, "through CoreML"),
+    ("Apple M3 Max 64 GB", "Llama 3.3 70B Q4_K_M", "llamacpp", "metal", 78, 8192, 1, True, "78 of 81 layers"),
+    ("Apple M3 Max 64 GB", "Qwen2.5 1.5B ONNX int4", "onnx", "apple", 0, 8192, 1, True, "CoreML"),
+    (
+        "Windows, AMD GPU with DirectML",
+        "Llama 3.1 8B Q4_K_M",
+        "llamacpp",
+        "cpu",
+        0,
+        8192,
+        3,
+        True,
+        "without GPU support",
+    ),
+    ("Windows, AMD GPU with DirectML", "Qwen2.5 1.5B ONNX int4", "onnx", "directml", 0, 8192, 1, True, "DirectML"),
+    ("A100 40 GB", "Llama 3.3 70B Q4_K_M", "llamacpp", "cuda:0", 60, 8192, 4, True, "60 of 81 layers on NVIDIA A100"),
+    ("A100 40 GB", "Qwen2.5 1.5B ONNX int4", "onnx", "cuda:0", 0, 8192, 1, True, "the NVIDIA GPU through CUDA"),
+    ("A100 40 GB", "Llama 3.1 8B safetensors", "vllm", "cuda:0", -1, 8192, 0, True, "vLLM on NVIDIA A100"),
+    ("H100 80 GB with vLLM", "Llama 3.3 70B Q4_K_M", "llamacpp", "cuda:0", 81, 8192, 4, True, "all 81 layers"),
+    ("H100 80 GB with vLLM", "Llama 3.1 8B safetensors", "vllm", "cuda:0", -1, 8192, 0, True, "compute capability"),
+    ("H100 80 GB without vLLM", "Qwen2.5 1.5B ONNX int4", "onnx", "cuda:0", 0, 8192, 1, True, "through CUDA"),
+    ("Jetson Orin Nano 8 GB", "SmolLM2 135M Q4_1", "llamacpp", "cuda:0", 31, 8192, 4, True, "all 31 layers on Orin"),
+    ("Jetson Orin Nano 8 GB", "Llama 3.1 8B Q4_K_M", "llamacpp", "cuda:0", 27, 8192, 1, False, "it will swap or fail"),
+]
+
+# (machine, model, words of the PlanError's message)
+REFUSALS = [
+    ("laptop without GPU", "Llama 3.1 8B safetensors", "needs an NVIDIA GPU of compute capability 8.0"),
+    ("laptop without GPU", "Qwen2.5 1.5B ONNX int4", "onnxruntime-genai is not installed"),
+    ("RTX 4090 24 GB", "Llama 3.1 8B safetensors", "with 40 GiB or more"),
+    ("Apple M3 Max 64 GB", "Llama 3.1 8B safetensors", "runs on Linux only"),
+    ("H100 80 GB without vLLM", "Llama 3.1 8B safetensors", "vllm is not installed"),
+]
+
+
+@pytest.mark.parametrize(
+    ("machine", "model", "backend", "device", "gpu_layers", "ctx", "slots", "fits", "why"),
+    PLANS,
+    ids=[f"{row[0]} / {row[1]}" for row in PLANS],
+)
+def test_the_plan_for_each_machine_and_model(
+    machine: str, model: str, backend: str, device: str, gpu_layers: int, ctx: int, slots: int, fits: bool, why: str
+) -> None:
+    chosen = plan(HARDWARE[machine], MODELS[model])
+    assert (chosen.backend, chosen.device, chosen.gpu_layers, chosen.ctx_size, chosen.parallel, chosen.fits) == (
+        backend,
+        device,
+        gpu_layers,
+        ctx,
+        slots,
+        fits,
+    )
+    explanation = " | ".join(chosen.reasons)
+    assert why in explanation, explanation
+    assert chosen.threads == HARDWARE[machine].cpu.physical_cores
+
+
+def test_the_table_covers_twelve_machines() -> None:
+    assert len(HARDWARE) >= 12
+    assert {row[0] for row in PLANS} == set(HARDWARE)
+
+
+@pytest.mark.parametrize(("machine", "model", "words"), REFUSALS, ids=[f"{r[0]} / {r[1]}" for r in REFUSALS])
+def test_what_cannot_run_is_refused_with_a_reason_and_a_hint(machine: str, model: str, words: str) -> None:
+    with pytest.raises(PlanError) as refused:
+        plan(HARDWARE[machine], MODELS[model])
+    assert words in refused.value.message
+    assert refused.value.hint
+
+
+def test_every_choice_can_be_overridden() -> None:
+    rtx = HARDWARE["RTX 4090 24 GB"]
+    chosen = plan(rtx, MODELS["Llama 3.1 8B Q4_K_M"], Overrides(gpu_layers=10, ctx_size=32768, parallel=2, threads=3))
+    assert (chosen.gpu_layers, chosen.ctx_size, chosen.parallel, chosen.threads) == (10, 32768, 2, 3)
+    assert "10 layers on the GPU, as asked" in chosen.reasons
+    assert "context 32768 tokens, as asked" in chosen.reasons
+    assert plan(rtx, MODELS["Llama 3.1 8B Q4_K_M"], Overrides(gpu_layers=0)).device == "cpu"
+    assert plan(rtx, MODELS["Llama 3.1 8B Q4_K_M"], Overrides(gpu_layers=-1)).gpu_layers == 33
+
+
+def test_a_backend_asked_for_that_cannot_serve_the_format_is_refused() -> None:
+    h100 = HARDWARE["H100 80 GB with vLLM"]
+    with pytest.raises(PlanError, match="not used for GGUF"):
+        plan(h100, MODELS["SmolLM2 135M Q4_1"], Overrides(backend="vllm"))
+    with pytest.raises(PlanError, match="ONNX Runtime runs ONNX models"):
+        plan(h100, MODELS["SmolLM2 135M Q4_1"], Overrides(backend="onnx"))
+    with pytest.raises(PlanError, match="no backend called"):
+        plan(h100, MODELS["SmolLM2 135M Q4_1"], Overrides(backend="tensorrt"))
+
+
+def test_a_context_that_does_not_fit_shrinks_until_it_does() -> None:
+    small = HARDWARE["8 GB RAM machine"]  # 5 GiB free: 4 GiB after the margin
+    wide = ModelProfile("wide", "gguf", 3 * GB, 32, 131072, 32 * 8 * 256 * 2)  # 2.8 GiB, and 1 GiB per 8192 tokens
+    chosen = plan(small, wide)
+    assert chosen.fits
+    assert chosen.ctx_size == 4096
+    assert "context 4096 tokens: a longer one would not fit in memory" in chosen.reasons
+
+
+@pytest.mark.parametrize(
+    ("machine", "size_gb", "fits"),
+    [
+        ("laptop without GPU", 4.9, True),
+        ("laptop without GPU", 8.5, False),  # 8 GB Q8_0 of an 8B model in 9 GiB: no room for its cache
+        ("8 GB RAM machine", 2.0, True),
+        ("8 GB RAM machine", 4.9, False),
+        ("RTX 3060 12 GB", 8.5, True),
+        ("RTX 3060 12 GB", 16.1, False),  # the GPU is what counts when llama.cpp can use it
+        ("Apple M2 16 GB", 6.6, True),
+    ],
+)
+def test_fits_in_says_which_files_a_machine_can_hold(machine: str, size_gb: float, fits: bool) -> None:
+    hw = HARDWARE[machine]
+    assert fits_in(hw, int(size_gb * GB), gpu_offload=hw.backend("llamacpp").gpu_offload) is fits
