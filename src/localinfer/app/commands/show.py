@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from localinfer.app.commands.render import row, section
 from localinfer.config import Settings
 from localinfer.errors import LocalInferError
 from localinfer.models.gguf import GGUFInfo, read_chat_template, read_gguf_info
@@ -13,7 +14,6 @@ from localinfer.models.library import ModelLibrary
 from localinfer.models.store import Manifest
 
 _MB = 1_000_000
-_LABEL_WIDTH = 20
 _NO_TEMPLATE = "no chat template: a fallback is used (ChatML or a plain transcript)"
 
 
@@ -111,11 +111,11 @@ def render(manifest: Manifest, info: GGUFInfo) -> str:
         caps.append(("insert (FIM)", "fill-in-the-middle tokens"))
     files = [f"{f.path}  {f.size / _MB:.1f} MB" for f in manifest.files]
     lines = [
-        *_section("Model", [_row(label, value) for label, value in model if value is not None]),
-        *_section("Capabilities", [_row(label, value) for label, value in caps]),
-        *_section("License", [info.license or "not stated in the file"]),
-        *_section("Source", [manifest.source]),
-        *_section("Files", files),
+        *section("Model", [row(label, value) for label, value in model if value is not None]),
+        *section("Capabilities", [row(label, value) for label, value in caps]),
+        *section("License", [info.license or "not stated in the file"]),
+        *section("Source", [manifest.source]),
+        *section("Files", files),
     ]
     return "\n".join(lines).rstrip("\n")
 
@@ -134,14 +134,6 @@ def _heads(head_count: int | None, head_count_kv: int | None) -> str | None:
     if head_count_kv is None or head_count_kv == head_count:
         return str(head_count)
     return f"{head_count} ({head_count_kv} for keys and values)"
-
-
-def _section(title: str, rows: list[str]) -> list[str]:
-    return [f"  {title}", *(f"    {row}" for row in rows), ""]
-
-
-def _row(label: str, value: str | None) -> str:
-    return label if value is None else f"{label.ljust(_LABEL_WIDTH)}{value}"
 
 
 def _str_or_none(value: int | None) -> str | None:

@@ -1,0 +1,17 @@
+"""Text layout shared by the commands that print facts: titled sections of aligned ``label  value`` rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+LABEL_WIDTH = 20
+
+
+def section(title: str, rows: Iterable[str]) -> list[str]:
+    """``title`` indented two spaces, its rows four, and a blank line after."""
+    return [f"  {title}", *(f"    {row}" for row in rows), ""]
+
+
+def row(label: str, value: str | None, *, width: int = LABEL_WIDTH) -> str:
+    """``label`` padded to ``width`` then ``value``; the label alone when ``value`` is None."""
+    return label if value is None else f"{label.ljust(width)}{value}"

@@ -1,0 +1,94 @@
+"""Which inference engines are installed and usable here. Packages are looked up without importing them
+(``find_spec``, ``importlib.metadata``); what needs an import comes from the library probes' JSON."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from localinfer.hardware.profile import OS, BackendAvailability, GPUInfo
+
+# llama.cpp's system info names its backends ("CUDA : ARCHS = 890 | … | CPU : SSE3 = 1 | …"); these drive a GPU.
+_LLAMA_GPU_BACKENDS = ("CUDA", "ROCm", "HIP", "Metal", "MTL", "Vulkan", "SYCL", "MUSA", "CANN", "OpenCL", "Kompute")
+VLLM_MIN_COMPUTE = (7, 0)
+
+
+def is_installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def installed_version(*distributions: str) -> str | None:
+    """The version of the first of ``distributions`` that is installed, else None."""
+    for name in distributions:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def llama_gpu_backends(system_info: str) -> list[str]:
+    """The GPU backends named in ``llama_print_system_info()``'s line, in its order."""
+    names = [part.split(" : ", 1)[0].strip() for part in system_info.split("|") if " : " in part]
+    return [name for name in names if name in _LLAMA_GPU_BACKENDS]
+
+
+def llamacpp_availability(probe: Mapping[str, Any] | None, error: str | None) -> BackendAvailability:
+    """llama-cpp-python from the ``llamacpp`` probe's result; ``error`` says why the probe gave none."""
+    if not is_installed("llama_cpp"):
+        return BackendAvailability(
+            "llamacpp", False, "llama-cpp-python is not installed (pip install llama-cpp-python)"
+        )
+    version = installed_version("llama_cpp_python", "llama-cpp-python")
+    label = f"llama-cpp-python {version}" if version else "llama-cpp-python"
+    if probe is None:
+        return BackendAvailability("llamacpp", True, f"{label}; GPU offload unknown ({error})", version)
+    if "error" in probe:
+        return BackendAvailability(
+            "llamacpp", False, f"{label} is installed but does not load: {probe['error']}", version
+        )
+    gpus = llama_gpu_backends(str(probe.get("system_info") or ""))
+    offload = bool(probe.get("gpu_offload"))
+    where = f"with {', '.join(gpus)}" if offload and gpus else "with GPU offload" if offload else "CPU only"
+    return BackendAvailability("llamacpp", True, f"{label}, {where}", str(probe.get("version") or version), offload)
+
+
+def onnx_availability(probe: Mapping[str, Any] | None, error: str | None) -> BackendAvailability:
+    """onnxruntime-genai (and the ONNX Runtime under it) from the ``onnx`` probe's result."""
+    if not is_installed("onnxruntime_genai"):
+        why = "onnxruntime-genai is not installed (pip install onnxruntime-genai)"
+        return BackendAvailability("onnx", False, why)
+    version = installed_version("onnxruntime-genai", "onnxruntime-genai-cuda", "onnxruntime-genai-directml")
+    if probe is None:
+        return BackendAvailability("onnx", False, f"onnxruntime-genai could not be checked: {error}", version)
+    if "error" in probe:
+        return BackendAvailability("onnx", False, f"onnxruntime does not load: {probe['error']}", version)
+    if "genai" not in probe:
+        why = f"onnxruntime-genai is installed but does not load: {probe.get('genai_error', 'unknown error')}"
+        return BackendAvailability("onnx", False, why, version)
+    genai = str(probe["genai"])
+    return BackendAvailability(
+        "onnx", True, f"onnxruntime-genai {genai} on onnxruntime {probe.get('onnxruntime')}", genai
+    )
+
+
+def vllm_availability(system: OS, gpus: Sequence[GPUInfo]) -> BackendAvailability:
+    """vLLM, looked up without importing it (a heavy import): it needs Linux and an NVIDIA GPU of compute
+    capability 7.0 or more. Whether a model is worth running on it is the planner's call."""
+    if not is_installed("vllm"):
+        return BackendAvailability("vllm", False, "vllm is not installed (pip install vllm, on Linux with a CUDA GPU)")
+    version = installed_version("vllm")
+    label = f"vllm {version}" if version else "vllm"
+    if system != "linux":
+        return BackendAvailability("vllm", False, f"{label} is installed but runs on Linux only", version)
+    cuda = [g for g in gpus if g.api == "cuda" and (g.compute_capability or (0, 0)) >= VLLM_MIN_COMPUTE]
+    if not cuda:
+        why = f"{label} is installed but needs an NVIDIA GPU with compute capability 7.0 or more"
+        return BackendAvailability("vllm", False, why, version)
+    return BackendAvailability("vllm", True, f"{label}, {len(cuda)} CUDA GPU(s) it can use", version)
