@@ -104,6 +104,13 @@ def test_every_choice_can_be_overridden() -> None:
     assert plan(rtx, MODELS["Llama 3.1 8B Q4_K_M"], Overrides(gpu_layers=-1)).gpu_layers == 33
 
 
+def test_gpu_layers_asked_for_without_a_usable_gpu_stay_on_the_cpu() -> None:
+    for machine in ("laptop without GPU", "Windows, AMD GPU with DirectML"):  # no GPU; a GPU llama.cpp cannot reach
+        chosen = plan(HARDWARE[machine], MODELS["SmolLM2 135M Q4_1"], Overrides(gpu_layers=-1))
+        assert (chosen.gpu_layers, chosen.device) == (0, "cpu")
+        assert "no GPU here can take them" in " ".join(chosen.reasons)
+
+
 def test_a_backend_asked_for_that_cannot_serve_the_format_is_refused() -> None:
     h100 = HARDWARE["H100 80 GB with vLLM"]
     with pytest.raises(PlanError, match="not used for GGUF"):

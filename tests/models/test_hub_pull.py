@@ -126,6 +126,24 @@ def test_without_a_tag_the_q4_k_m_file_is_pulled_into_the_hf_cache_and_the_choic
     assert store.get(BARTOWSKI) == manifest
 
 
+def test_without_a_tag_the_best_quantization_that_fits_the_machine_is_pulled(
+    hub: HubStandIn, client: HubClient, store: ModelStore, settings: Settings, smollm2: Manifest
+) -> None:
+    """``fits`` stands for this machine's memory: here the Q8_0 file is too big, so Q4_K_M, the next best, is pulled."""
+    q8_size = client.list_repo(BARTOWSKI).get("SmolLM2-135M-Instruct-Q8_0.gguf").size  # type: ignore[union-attr]
+    asked: list[int] = []
+
+    def fits(size: int) -> bool:
+        asked.append(size)
+        return size != q8_size
+
+    events = Events()
+    manifest = pull(store, BARTOWSKI, settings, hub=client, progress=events, fits=fits)
+    assert manifest.path.name == "SmolLM2-135M-Instruct-Q4_K_M.gguf"
+    assert asked[:2] == [q8_size, smollm2.path.stat().st_size]  # best first: Q8_0, then Q4_K_M
+    assert any("Q4_K_M is the largest quantization that fits this machine's memory" in s for s in events.statuses())
+
+
 def test_a_pulled_file_is_where_huggingface_hub_finds_it_offline(
     hub: HubStandIn, client: HubClient, store: ModelStore, settings: Settings, cache: Path
 ) -> None:

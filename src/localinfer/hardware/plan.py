@@ -151,9 +151,11 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
 
     layers_total = (model.n_layers or 0) + 1  # llama.cpp counts the output layer as one more
     gpu_layers, device = 0, "cpu"
-    if overrides.gpu_layers is not None:
+    if overrides.gpu_layers is not None and overrides.gpu_layers != 0 and not gpus:
+        reasons.append("GPU layers were asked for, but no GPU here can take them: every layer runs on the CPU")
+    elif overrides.gpu_layers is not None:
         gpu_layers = layers_total if overrides.gpu_layers < 0 else min(overrides.gpu_layers, layers_total)
-        device = _devices(gpus) if gpu_layers and gpus else "cpu"
+        device = _devices(gpus) if gpu_layers else "cpu"
         reasons.append(f"{gpu_layers} layers on the GPU, as asked")
     elif not hw.gpus:
         reasons.append("no GPU was found: every layer runs on the CPU")

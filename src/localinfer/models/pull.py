@@ -173,6 +173,7 @@ def ensure_model(
     settings: Settings,
     progress: ProgressSink = ignore_progress,
     hub: HubClient | None = None,
+    fits: Callable[[int], bool] | None = None,
 ) -> Manifest:
     """The manifest for a model name (registered or discovered) or a ``.gguf`` path, whose files are all present.
 
@@ -192,7 +193,7 @@ def ensure_model(
         return pull(library.store, settings.starter_source, settings, name=STARTER_MODEL, progress=progress)
     if _is_hub_ref(ref_or_name):
         log.info("%s is not here yet: pulling it", ref_or_name)
-        return pull(library.store, ref_or_name, settings, progress=progress, hub=hub)
+        return pull(library.store, ref_or_name, settings, progress=progress, hub=hub, fits=fits)
     if manifest is None:
         raise ModelNotFound(ref_or_name)
     raise ModelNotFound(

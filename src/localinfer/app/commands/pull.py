@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from localinfer.config import Settings
 from localinfer.errors import PullError
+from localinfer.hardware.detect import detect
+from localinfer.hardware.plan import fits_in
+from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.catalog import CATALOG
 from localinfer.models.pull import pull
 from localinfer.models.store import ModelStore
@@ -45,7 +49,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     renderer = ProgressLine(sys.stderr)
     sink: ProgressSink = ignore_progress if args.quiet else renderer
     try:
-        manifest = pull(store, args.model, settings, name=args.name, progress=sink)
+        manifest = pull(store, args.model, settings, name=args.name, progress=sink, fits=machine_fits())
     except KeyboardInterrupt:
         renderer.close()
         print("localinfer: pull interrupted; what was downloaded is kept", file=sys.stderr)
@@ -64,6 +68,19 @@ def render_catalog() -> str:
     for entry in CATALOG.values():
         lines.append(f"{entry.name.ljust(width)}  {entry.repo_id}  ({entry.description})")
     return "\n".join(lines)
+
+
+def machine_fits(hardware: HardwareProfile | None = None) -> Callable[[int], bool]:
+    """Whether a model file of so many bytes fits this machine (its GPUs when llama.cpp can use them, else its
+    RAM), for picking a quantization; without ``hardware`` it is detected on the first question only."""
+    found: list[HardwareProfile] = [hardware] if hardware is not None else []
+
+    def fits(size: int) -> bool:
+        if not found:
+            found.append(detect())
+        return fits_in(found[0], size, gpu_offload=found[0].backend("llamacpp").gpu_offload)
+
+    return fits
 
 
 class ProgressLine:

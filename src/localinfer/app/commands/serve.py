@@ -10,12 +10,13 @@ from typing import Any
 import uvicorn
 from pydantic import SecretStr
 
-from localinfer.app.commands.pull import ProgressLine
+from localinfer.app.commands.pull import ProgressLine, machine_fits
 from localinfer.app.server.app import create_app
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.errors import ConfigError
+from localinfer.hardware.detect import detect
 from localinfer.models.gguf import read_gguf_info
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import ensure_model
@@ -70,13 +71,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             hint="set one with --api-key KEY or LOCALINFER_API_KEY=KEY, or bind 127.0.0.1",
         )
     library = ModelLibrary.from_settings(settings)
+    hardware = detect()
     progress = ProgressLine(sys.stderr)
     try:
-        manifest = ensure_model(library, settings.model, settings, progress=progress)
+        manifest = ensure_model(library, settings.model, settings, progress=progress, fits=machine_fits(hardware))
     finally:
         progress.close()
     read_gguf_info(manifest.path)  # a corrupt or truncated file fails here, in one line, not in the background
-    engine = Engine(settings, library)
+    engine = Engine(settings, library, hardware=hardware)
     url = f"http://{settings.host}:{settings.port}"
     client = LocalClient(engine, library, settings, serving=url)
     app = create_app(engine, api_key=api_key, preload=manifest, client=client)

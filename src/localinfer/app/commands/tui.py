@@ -24,6 +24,7 @@ from localinfer.client.remote import HttpClient
 from localinfer.config import STARTER_MODEL, Settings
 from localinfer.engine.engine import Engine
 from localinfer.errors import ConfigError, PullError
+from localinfer.hardware.detect import detect
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import ensure_model
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         library = ModelLibrary.from_settings(settings)
         if settings.model == STARTER_MODEL and not library.list():
             fetch_starter(library, settings)
-        engine = Engine(settings, library)
+        engine = Engine(settings, library, hardware=detect())
         local = client = LocalClient(engine, library, settings)
         if args.serve:
             if not is_loopback(settings.host):

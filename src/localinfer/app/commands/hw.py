@@ -1,0 +1,165 @@
+"""``localinfer hw``: the hardware detection found (OS, CPU, memory, GPUs) and which backends can run here."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from localinfer.app.commands.render import row, section
+from localinfer.config import Settings
+from localinfer.errors import ConfigError
+from localinfer.hardware.detect import detect
+from localinfer.hardware.model_profile import ModelProfile, from_gguf, from_path
+from localinfer.hardware.plan import BACKENDS, Overrides, Plan, plan
+from localinfer.hardware.profile import GiB, GPUInfo, HardwareProfile
+from localinfer.models.gguf import cached_gguf_info
+from localinfer.models.library import ModelLibrary
+
+_GPU_LABEL_WIDTH = 18  # GPU detail rows are indented two more spaces, their values stay in the same column
+
+
+def add_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "hw",
+        help="show the hardware found and the backends that can run on it",
+        description="Show what localinfer detects on this machine: OS, CPU and its SIMD features, memory (capped "
+        "by a container's limit), GPUs, the inference backends that can run here (or why not) and ONNX "
+        "Runtime's execution providers.",
+    )
+    p.add_argument("--json", action="store_true", help="print the hardware profile as one JSON object")
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long each probe (NVML, nvidia-smi, llama.cpp, ONNX Runtime) may take (default: 10)",
+    )
+    plan = p.add_argument_group("planning a model")
+    plan.add_argument(
+        "--plan", metavar="MODEL", help="also show how MODEL (a name, .gguf path or model folder) would run"
+    )
+    plan.add_argument("--backend", choices=BACKENDS, help="with --plan: the backend to use instead of the planned one")
+    plan.add_argument("--gpu-layers", type=int, help="with --plan: layers on the GPU (-1: all)")
+    plan.add_argument("--ctx", type=int, help="with --plan: the context length in tokens")
+    plan.add_argument("--parallel", type=int, help="with --plan: requests decoded together (slots)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Detect the hardware and print it (detection reports failures as notes, never raises), and with ``--plan``
+    how a model would run here; a model that cannot run here is a PlanError (one line and a hint)."""
+    if args.plan is None and (args.backend or args.gpu_layers is not None or args.ctx or args.parallel):
+        raise ConfigError("--backend, --gpu-layers, --ctx and --parallel go with --plan MODEL", hint="add --plan MODEL")
+    profile = detect(timeout=args.timeout)
+    chosen = None
+    if args.plan is not None:
+        model = model_profile(ModelLibrary.from_settings(settings), args.plan)
+        overrides = Overrides(
+            backend=args.backend, gpu_layers=args.gpu_layers, ctx_size=args.ctx, parallel=args.parallel
+        )
+        chosen = plan(profile, model, overrides)
+    if args.json:
+        data: dict[str, Any] = profile.to_json()
+        if chosen is not None:
+            data = {"hardware": data, "plan": dataclasses.asdict(chosen)}
+        print(json.dumps(data, indent=2))
+    else:
+        print(render_report(profile))
+        if chosen is not None:
+            print()
+            print(render_plan(args.plan, chosen))
+    return 0
+
+
+def model_profile(library: ModelLibrary, ref: str) -> ModelProfile:
+    """What the planner needs of ``ref``: a model folder (ONNX or Hugging Face) by path, else a model name or
+    a .gguf path as ``serve`` takes them."""
+    folder = Path(ref).expanduser()
+    if folder.is_dir():
+        return from_path(folder, folder.name)
+    manifest = library.resolve(ref)
+    return from_gguf(manifest.name, cached_gguf_info(manifest.path), manifest.size)
+
+
+def render_plan(name: str, chosen: Plan) -> str:
+    """The plan as a section of rows, then why, a sentence per choice."""
+    rows = [
+        row("backend", chosen.backend + (f" ({chosen.provider})" if chosen.provider else "")),
+        row("device", chosen.device),
+        row("gpu layers", "all" if chosen.gpu_layers < 0 else str(chosen.gpu_layers)),
+        row("context", f"{chosen.ctx_size} tokens"),
+        row("slots", str(chosen.parallel) if chosen.parallel else "the backend's own batching"),
+        row("threads", str(chosen.threads)),
+        row("memory", _gib(chosen.memory_bytes) + ("" if chosen.fits else " (more than this machine has free)")),
+    ]
+    why = [f"  - {reason}" for reason in chosen.reasons]
+    return "\n".join(section(f"Plan for {name}", [*rows, "why", *why])).rstrip()
+
+
+def render_report(profile: HardwareProfile) -> str:
+    """The profile as indented sections: System, CPU, Memory, GPUs, Backends, ONNX Runtime providers, Notes."""
+    cpu, memory = profile.cpu, profile.memory
+    memory_rows = [row("total", _gib(memory.total)), row("available", _gib(memory.available))]
+    if memory.cgroup_limit is not None:
+        memory_rows.append(row("cgroup limit", f"{_gib(memory.cgroup_limit)} (the container's limit caps the RAM)"))
+    backends = [
+        row(b.name, f"available: {b.reason}" if b.available else f"not available: {b.reason}") for b in profile.backends
+    ]
+    lines = [
+        *section("System", [row("os", f"{profile.os}: {profile.os_version}")]),
+        *section(
+            "CPU",
+            [
+                row("model", cpu.model),
+                row("architecture", cpu.arch),
+                row("cores", f"{cpu.physical_cores} physical, {cpu.logical_cores} logical"),
+                row("SIMD", " ".join(cpu.features) or "none detected"),
+            ],
+        ),
+        *section("Memory", memory_rows),
+        *section("GPUs", [line for gpu in profile.gpus for line in _gpu_rows(gpu)] or ["none found"]),
+        *section("Backends", backends or ["none probed"]),
+        *section(
+            "ONNX Runtime providers",
+            profile.onnx_providers or ["none (onnxruntime is not installed, or it did not load)"],
+        ),
+    ]
+    if profile.notes:
+        lines += section("Notes", profile.notes)
+    return "\n".join(lines).rstrip("\n")
+
+
+def _gpu_rows(gpu: GPUInfo) -> list[str]:
+    if gpu.unified_memory:
+        memory = f"{_gib(gpu.memory_total)} usable, shared with the CPU (unified memory)"
+    elif gpu.memory_free is not None:
+        memory = f"{_gib(gpu.memory_free)} free of {_gib(gpu.memory_total)}"
+    else:
+        memory = _gib(gpu.memory_total) if gpu.memory_total else "unknown"
+    details = [
+        ("memory", memory),
+        ("compute", ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else None),
+        ("driver", gpu.driver),
+        ("api", f"{gpu.api}, found by {gpu.source}" if gpu.source else gpu.api),
+    ]
+    return [
+        row(f"GPU {gpu.index}", f"{gpu.name} ({gpu.vendor})"),
+        *(f"  {row(label, value, width=_GPU_LABEL_WIDTH)}" for label, value in details if value is not None),
+    ]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _gib(size: int) -> str:
+    return f"{size / GiB:.1f} GiB"
