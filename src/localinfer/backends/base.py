@@ -29,6 +29,7 @@ class LoadSpec:
     parallel: int = 0
     max_queue: int = 64
     gpu_layers: int = 0
+    provider: str | None = None  # the ONNX Runtime execution provider (CUDAExecutionProvider...); None: the CPU
     extra_args: tuple[str, ...] = ()  # passed as-is to an engine run as a process (vLLM: --tensor-parallel-size 2)
 
 

@@ -3,12 +3,12 @@ Face folder, its ``config.json`` and ``tokenizer_config.json``. A repo id (no lo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from localinfer.backends.base import ModelFacts
+from localinfer.backends.hf_files import added_token_texts, chat_template, has_chatml_tokens, read_json, token_text
 
 DEFAULT_CONTEXT = 4096
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's --max-num-seqs when not given: requests it batches together
@@ -18,35 +18,25 @@ def model_facts(
     path: Path, card: Mapping[str, Any], *, ctx_size: int = 0, extra_args: Sequence[str] = ()
 ) -> ModelFacts:
     """Facts for the model at ``path`` served with ``card`` (vLLM's ``max_model_len`` is the context)."""
-    config = _read_json(path / "config.json")
-    tokenizer = _read_json(path / "tokenizer_config.json")
+    config = read_json(path / "config.json")
+    tokenizer = read_json(path / "tokenizer_config.json")
     trained = _positive(config.get("max_position_embeddings")) or _positive(
         (config.get("text_config") or {}).get("max_position_embeddings")
     )
     architectures = config.get("architectures") or [config.get("model_type") or "unknown"]
-    added = tokenizer.get("added_tokens_decoder") or {}
-    token_texts = {t.get("content") for t in added.values() if isinstance(t, dict)}
     return ModelFacts(
         n_ctx=_positive(card.get("max_model_len")) or ctx_size or trained or DEFAULT_CONTEXT,
         n_ctx_train=trained or _positive(card.get("max_model_len")) or DEFAULT_CONTEXT,
-        chat_template=_chat_template(path, tokenizer),
-        bos_token=_token_text(tokenizer.get("bos_token")),
-        eos_token=_token_text(tokenizer.get("eos_token")),
+        chat_template=chat_template(path, tokenizer),
+        bos_token=token_text(tokenizer.get("bos_token")),
+        eos_token=token_text(tokenizer.get("eos_token")),
         add_bos=bool(tokenizer.get("add_bos_token", False)),
-        has_chatml_tokens="<|im_start|>" in token_texts and "<|im_end|>" in token_texts,
+        has_chatml_tokens=has_chatml_tokens(added_token_texts(path, tokenizer)),
         architecture=str(architectures[0]),
         n_params=0,
         n_slots=_positive(flag_value(extra_args, "--max-num-seqs")) or DEFAULT_MAX_NUM_SEQS,
         model_bytes=_weights_size(path),
     )
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _positive(value: object) -> int:
@@ -59,28 +49,8 @@ def _positive(value: object) -> int:
         return 0
 
 
-def _token_text(token: object) -> str:
-    if isinstance(token, dict):
-        return str(token.get("content") or "")
-    return token if isinstance(token, str) else ""
-
-
-def _chat_template(path: Path, tokenizer: Mapping[str, Any]) -> str | None:
-    template = tokenizer.get("chat_template")
-    if isinstance(template, list):  # named templates: the default one, else the first
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default") or next(iter(named.values()), None)
-    if isinstance(template, str) and template:
-        return template
-    try:
-        return (path / "chat_template.jinja").read_text(encoding="utf-8") or None
-    except OSError:
-        template = _read_json(path / "chat_template.json").get("chat_template")
-        return template if isinstance(template, str) and template else None
-
-
 def _weights_size(path: Path) -> int:
-    index = _read_json(path / "model.safetensors.index.json")
+    index = read_json(path / "model.safetensors.index.json")
     total = _positive((index.get("metadata") or {}).get("total_size"))
     if total:
         return total
