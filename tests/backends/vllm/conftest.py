@@ -31,7 +31,7 @@ args = sys.argv[1:]
 if os.environ.get("STANDIN_ARGV_FILE"):
     with open(os.environ["STANDIN_ARGV_FILE"], "w") as f:
         json.dump(args, f)
-port, key = int(args[args.index("--port") + 1]), args[args.index("--api-key") + 1]
+port, key = int(args[args.index("--port") + 1]), os.environ["VLLM_API_KEY"]
 if os.environ.get("STANDIN_IGNORE_TERM"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if os.environ.get("STANDIN_SPAWN"):
@@ -93,6 +93,7 @@ def localinfer_command(model: str) -> list[str]:
 
 
 LOCALINFER_ARGS = ["--ctx-size", "512", "--parallel", "1", "--threads", "1"]
+LOCALINFER_KEY_ENV = "LOCALINFER_API_KEY"  # where 'localinfer serve', the stand-in engine, reads its key
 
 
 def start_localinfer(gguf: Path, tmp_path: Path) -> EngineProcess:
@@ -102,6 +103,7 @@ def start_localinfer(gguf: Path, tmp_path: Path) -> EngineProcess:
         log_path=tmp_path / "engine.log",
         extra_args=LOCALINFER_ARGS,
         env=standin_env(tmp_path),
+        key_env=LOCALINFER_KEY_ENV,
     )
     process.start()
     try:

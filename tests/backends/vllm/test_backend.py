@@ -19,7 +19,13 @@ from localinfer.backends.vllm.completions import completion_body, error_for
 from localinfer.backends.vllm.facts import DEFAULT_CONTEXT, model_facts
 from localinfer.errors import GenerationFailed, InvalidRequest, ModelLoadError, ModelNotReady
 from localinfer.types import GenerationOptions, GenerationRequest, ResponseFormat, SamplingParams, TokenChunk
-from tests.backends.vllm.conftest import LOCALINFER_ARGS, group_members, localinfer_command, standin_env
+from tests.backends.vllm.conftest import (
+    LOCALINFER_ARGS,
+    LOCALINFER_KEY_ENV,
+    group_members,
+    localinfer_command,
+    standin_env,
+)
 
 
 def request(prompt: str, max_tokens: int | None, **options: object) -> GenerationRequest:
@@ -99,7 +105,13 @@ async def test_a_failed_load_leaves_nothing_running(tmp_path: Path) -> None:
 
 @pytest.mark.model
 async def test_the_backend_loads_generates_aborts_and_unloads(smollm2_gguf: Path, tmp_path: Path) -> None:
-    backend = VllmBackend(command=localinfer_command, log_dir=tmp_path, env=standin_env(tmp_path), ready_timeout=60)
+    backend = VllmBackend(
+        command=localinfer_command,
+        log_dir=tmp_path,
+        env=standin_env(tmp_path),
+        ready_timeout=60,
+        key_env=LOCALINFER_KEY_ENV,
+    )
     await backend.load(LoadSpec(path=smollm2_gguf, extra_args=tuple(LOCALINFER_ARGS)))
     process = backend.process
     assert process is not None

@@ -54,8 +54,10 @@ class VllmBackend(Backend):
         env: Mapping[str, str] | None = None,
         ready_timeout: float = READY_TIMEOUT,
         stop_grace: float = 10.0,
+        key_env: str = "VLLM_API_KEY",
     ) -> None:
         self._command = command
+        self._key_env = key_env
         self._log_dir = log_dir
         self._env = env
         self._ready_timeout = ready_timeout
@@ -84,7 +86,11 @@ class VllmBackend(Backend):
         if spec.ctx_size > 0 and flag_value(extra, "--max-model-len") is None:
             extra += ["--max-model-len", str(spec.ctx_size)]
         process = EngineProcess(
-            self._command(str(spec.path)), log_path=self._new_log(), extra_args=extra, env=self._env
+            self._command(str(spec.path)),
+            log_path=self._new_log(),
+            extra_args=extra,
+            env=self._env,
+            key_env=self._key_env,
         )
         process.start()
         proxy = EngineProxy(process.url, process.api_key, alive=lambda: process.alive)

@@ -50,9 +50,10 @@ def free_port(host: str = LOCALHOST) -> int:
 class EngineProcess:
     """One engine server process. ``start`` it, ``await wait_ready``, then talk to ``url`` with ``api_key``.
 
-    The child's command line is ``command`` followed by ``--host 127.0.0.1 --port PORT --api-key KEY`` and
-    ``extra_args`` (``--tensor-parallel-size 2``...). Its stdout and stderr go to ``log_path``. ``env`` is its
-    whole environment (None: this process's).
+    The child's command line is ``command`` followed by ``--host 127.0.0.1 --port PORT`` and ``extra_args``
+    (``--tensor-parallel-size 2``...). The generated key goes in the environment variable ``key_env``
+    (``VLLM_API_KEY``, which vLLM reads), not on the command line, where any local user could read it. Its
+    stdout and stderr go to ``log_path``. ``env`` is its whole environment (None: this process's).
     """
 
     def __init__(
@@ -62,8 +63,10 @@ class EngineProcess:
         log_path: Path,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        key_env: str = "VLLM_API_KEY",
     ) -> None:
         self.command = list(command)
+        self.key_env = key_env
         self.extra_args = list(extra_args)
         self.log_path = log_path
         self.api_key = secrets.token_urlsafe(32)
@@ -84,8 +87,6 @@ class EngineProcess:
             LOCALHOST,
             "--port",
             str(self.port),
-            "--api-key",
-            self.api_key,
             *self.extra_args,
         ]
 
@@ -115,7 +116,7 @@ class EngineProcess:
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    env=self._env,
+                    env={**(self._env if self._env is not None else os.environ), self.key_env: self.api_key},
                     start_new_session=sys.platform != "win32",
                     creationflags=creationflags,
                 )
@@ -203,6 +204,7 @@ def shutdown(process: subprocess.Popen[bytes], grace: float) -> None:
     for child in descendants:
         with contextlib.suppress(psutil.Error):
             child.kill()
+    psutil.wait_procs(descendants, timeout=5)  # a killed process is gone only once the kernel has reaped it
     process.wait()
     log.info("engine stopped (pid %d, exit code %s)", process.pid, process.returncode)
 
