@@ -58,6 +58,10 @@ class DiskFull(PullError):
     """There is not enough free disk space for a download."""
 
 
+class ConvertError(LocalInferError):
+    """A model could not be converted to another format; nothing half-written is left behind."""
+
+
 class InvalidRequest(LocalInferError):
     """A request the model cannot serve as asked. ``param`` names the offending field, if one does."""
 

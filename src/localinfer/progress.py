@@ -8,12 +8,14 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """``status`` says what is happening; ``completed``/``total`` count bytes (or steps) when known."""
+    """``status`` says what is happening; ``completed``/``total`` count ``unit`` (bytes, else steps such as a
+    model's layers) when known."""
 
     status: str
     total: int | None = None
     completed: int | None = None
     digest: str | None = None
+    unit: str = "bytes"
 
 
 class ProgressSink(Protocol):

@@ -10,25 +10,28 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from localinfer.backends.base import Backend, LoadSpec, ModelFacts, SlotUsage
-from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.config import Settings
+from localinfer.engine.backends import (
+    DEFAULT_BACKENDS,
+    BackendFactories,
+    BackendFactory,
+    backend_for,
+    model_profile,
+    trained_context,
+)
 from localinfer.engine.templates import ChatTemplate
 from localinfer.errors import LocalInferError, ModelNotReady
-from localinfer.hardware.model_profile import from_gguf
 from localinfer.hardware.plan import Overrides, plan
 from localinfer.hardware.profile import HardwareProfile
-from localinfer.models.gguf import cached_gguf_info
 from localinfer.models.store import Manifest, ModelSource
 from localinfer.types import ChatRequest, CompletionRequest, GenerationRequest, ModelInfo, TokenStream
 
 log = logging.getLogger(__name__)
 
-BackendFactory = Callable[[], Backend]
 Health = Literal["ready", "loading", "error"]
 
 
@@ -53,12 +56,14 @@ class Engine:
         self,
         settings: Settings,
         models: ModelSource,
-        backend_factory: BackendFactory = LlamaCppBackend,
+        backend_factory: BackendFactory | BackendFactories = DEFAULT_BACKENDS,
         *,
         hardware: HardwareProfile | None = None,
     ) -> None:
-        """With ``hardware``, each GGUF model loads as the planner says (GPU layers, context, slots, threads),
-        except where the settings say otherwise; without, as the settings say."""
+        """Each model is served by the backend its format maps to in ``backend_factory`` (llama.cpp for GGUF,
+        ONNX Runtime for ONNX), or by the one factory given. With ``hardware``, each model loads as the planner
+        says (GPU layers, context, slots, threads, ONNX Runtime provider), except where the settings say
+        otherwise; without, as the settings say."""
         self._settings = settings
         self._models = models
         self._backend_factory = backend_factory
@@ -77,7 +82,7 @@ class Engine:
             max_queue=s.max_queue,
             gpu_layers=s.gpu_layers or 0,
         )
-        if self._hardware is None or manifest.format != "gguf":
+        if self._hardware is None or manifest.format not in ("gguf", "onnx"):
             return spec
         overrides = Overrides(
             gpu_layers=s.gpu_layers,
@@ -86,7 +91,7 @@ class Engine:
             threads=s.threads or None,
         )
         try:
-            chosen = plan(self._hardware, from_gguf(manifest.name, cached_gguf_info(manifest.path)), overrides)
+            chosen = plan(self._hardware, model_profile(manifest), overrides)
         except LocalInferError as exc:
             log.warning("no plan for %s (%s): loading it as configured", manifest.name, exc.message)
             return spec
@@ -99,6 +104,7 @@ class Engine:
             threads=chosen.threads,
             parallel=chosen.parallel,
             gpu_layers=chosen.gpu_layers,
+            provider=chosen.provider,
         )
 
     def preload(self, manifest: Manifest, *, ctx_size: int | None = None) -> Runner:
@@ -107,7 +113,8 @@ class Engine:
         existing = self._runners.get(manifest.name)
         if existing is not None:
             return existing
-        runner = Runner(manifest, self._backend_factory(), asyncio.get_running_loop().create_future(), ctx_size)
+        backend = backend_for(manifest, self._backend_factory)
+        runner = Runner(manifest, backend, asyncio.get_running_loop().create_future(), ctx_size)
         self._runners[manifest.name] = runner
         task = asyncio.create_task(self._load(runner), name=f"load {manifest.name}")
         self._loading.add(task)
@@ -183,7 +190,7 @@ class Engine:
             source=manifest.source,
             loaded=loaded,
             created=manifest.created,
-            context_length=runner.backend.facts.n_ctx if loaded and runner is not None else _trained_context(manifest),
+            context_length=runner.backend.facts.n_ctx if loaded and runner is not None else trained_context(manifest),
             loading=runner is not None and not runner.ready.done(),
         )
 
@@ -240,15 +247,6 @@ class LoadedModel:
     name: str
     backend: str
     facts: ModelFacts
-
-
-def _trained_context(manifest: Manifest) -> int | None:
-    if manifest.format != "gguf":
-        return None
-    try:
-        return cached_gguf_info(manifest.path).context_length
-    except (LocalInferError, OSError):
-        return None
 
 
 def _new_id() -> str:

@@ -4,7 +4,9 @@ Layout under ``root`` (``settings.models_dir``)::
 
     manifests/<name>.json     one per registered model (':' and '/' in a name are written as '+' and '~')
     blobs/sha256-<hex>        model files the store owns (pulled ones); files used in place live elsewhere
-    tmp/                      partial downloads; anything here is garbage once no pull is running
+    onnx/<name>/              converted onnxruntime-genai models, one folder each (manifests list every file,
+                              genai_config.json first)
+    tmp/                      partial downloads and conversions; garbage once no pull or convert is running
 
 Nothing is created on disk until something is registered or downloaded.
 """
@@ -30,6 +32,7 @@ MANIFEST_SCHEMA = 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9._:-]|/(?![./]))*$")
 _NAME_MAX = 200
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+ONNX_CONFIG = "genai_config.json"  # what makes a folder an onnxruntime-genai model
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,15 @@ class ModelStore:
     def tmp_dir(self) -> Path:
         return self.root / "tmp"
 
+    @property
+    def onnx_dir(self) -> Path:
+        """Where converted ONNX models live, one folder per model."""
+        return self.root / "onnx"
+
+    def folder_name(self, name: str) -> str:
+        """A file-system name for the model ``name`` (':' and '/' written as '+' and '~')."""
+        return name.replace(":", "+").replace("/", "~")
+
     def get(self, name: str) -> Manifest | None:
         """The manifest registered as ``name``, or None (also for names that could never be registered).
 
@@ -174,10 +186,14 @@ class ModelStore:
                 f.path.unlink(missing_ok=True)
             elif f.owned:
                 _remove_cached_file(f.path)
+        for folder in {f.path.parent for f in manifest.files if f.owned and f.path.parent.parent == self.onnx_dir}:
+            with contextlib.suppress(OSError):  # kept when something else was put in it
+                folder.rmdir()
         log.info("removed model %s", name)
 
     def resolve(self, ref: str) -> Manifest:
-        """A registered name's manifest, or an unregistered one for an existing ``.gguf`` file used in place.
+        """A registered name's manifest, or an unregistered one for an existing ``.gguf`` file or onnxruntime-genai
+        model folder used in place.
 
         The in-place manifest is named after the file's stem, has source ``file:<absolute path>`` and no
         sha256 or quantization (reading the file is the loader's job). Raises ModelNotFound otherwise.
@@ -186,6 +202,8 @@ class ModelStore:
         if manifest is not None:
             return manifest
         path = Path(ref).expanduser()
+        if (path / ONNX_CONFIG).is_file():
+            return onnx_manifest(path)
         if path.is_file():
             if not _is_gguf(path):
                 raise ModelNotFound(ref, hint=f"{path} is not a GGUF file; localinfer loads GGUF models")
@@ -215,7 +233,7 @@ class ModelStore:
     # -- manifest files ---------------------------------------------------------------------------------
 
     def _manifest_path(self, name: str) -> Path:
-        return self.manifests_dir / (name.replace(":", "+").replace("/", "~") + ".json")
+        return self.manifests_dir / (self.folder_name(name) + ".json")
 
     def _to_json(self, manifest: Manifest) -> dict[str, Any]:
         return {
@@ -289,6 +307,29 @@ def local_manifest(path: Path, *, name: str | None = None, sha256: str | None = 
         files=(ModelFile(path=path, size=path.stat().st_size, sha256=sha256),),
         quantization=None,
         created=int(path.stat().st_mtime),
+    )
+
+
+def onnx_manifest(
+    folder: Path,
+    *,
+    name: str | None = None,
+    source: str | None = None,
+    quantization: str | None = None,
+    owned: bool = False,
+) -> Manifest:
+    """A manifest for an onnxruntime-genai model folder: every file in it, ``genai_config.json`` first (the path a
+    backend is given). ``owned`` files (a converted model's) are deleted with the model; a folder used in place
+    (named after itself, source ``file:<folder>``) is never touched."""
+    folder = folder.expanduser().resolve()
+    files = sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: (f.name != ONNX_CONFIG, f.name))
+    return Manifest(
+        name=name or folder.name,
+        source=source or f"file:{folder}",
+        format="onnx",
+        files=tuple(ModelFile(path=f, size=f.stat().st_size, sha256=None, owned=owned) for f in files),
+        quantization=quantization,
+        created=int((folder / ONNX_CONFIG).stat().st_mtime),
     )
 
 
