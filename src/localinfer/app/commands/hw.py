@@ -10,6 +10,7 @@ from typing import Any
 
 from localinfer.app.commands.render import row, section
 from localinfer.config import Settings
+from localinfer.engine import backends as engine_backends
 from localinfer.errors import ConfigError
 from localinfer.hardware.detect import detect
 from localinfer.hardware.model_profile import ModelProfile, from_gguf, from_path
@@ -81,6 +82,8 @@ def model_profile(library: ModelLibrary, ref: str) -> ModelProfile:
     if folder.is_dir():
         return from_path(folder, folder.name)
     manifest = library.resolve(ref)
+    if manifest.format == "onnx":
+        return engine_backends.model_profile(manifest)  # by its genai_config.json
     return from_gguf(manifest.name, cached_gguf_info(manifest.path), manifest.size)
 
 

@@ -152,9 +152,15 @@ class _Rate:
 
 
 def format_event(event: ProgressEvent, rate: float | None = None) -> str:
-    """``status  12.3/92.9 MB [###-----]  13%  8.1 MB/s  10s left`` when the total is known, else less."""
+    """``status  12.3/92.9 MB [###-----]  13%  8.1 MB/s  10s left`` when the total is known, else less;
+    ``status  12/30 layers  40%`` for steps of another unit."""
     if event.completed is None:
         return event.status
+    if event.unit != "bytes":
+        if not event.total:
+            return f"{event.status}  {event.completed} {event.unit}"
+        share = min(max(event.completed / event.total, 0.0), 1.0)
+        return f"{event.status}  {event.completed}/{event.total} {event.unit} {share:4.0%}"
     done = f"{event.completed / _MB:.1f}"
     if not event.total:
         return f"{event.status}  {done} MB"

@@ -14,10 +14,10 @@ from localinfer.app.commands.pull import ProgressLine, machine_fits
 from localinfer.app.server.app import create_app
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
+from localinfer.engine.backends import check_files
 from localinfer.engine.engine import Engine
 from localinfer.errors import ConfigError
 from localinfer.hardware.detect import detect
-from localinfer.models.gguf import read_gguf_info
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import ensure_model
 
@@ -29,8 +29,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "model",
         nargs="?",
-        help="a model name (localinfer ls), a .gguf path, or a Hub reference or catalog name to pull first "
-        "(default: the starter model)",
+        help="a model name (localinfer ls), a .gguf path, an ONNX (onnxruntime-genai) model folder, or a Hub "
+        "reference or catalog name to pull first (default: the starter model)",
     )
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (default 8080)")
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         manifest = ensure_model(library, settings.model, settings, progress=progress, fits=machine_fits(hardware))
     finally:
         progress.close()
-    read_gguf_info(manifest.path)  # a corrupt or truncated file fails here, in one line, not in the background
+    check_files(manifest)  # a corrupt or truncated model fails here, in one line, not in the background
     engine = Engine(settings, library, hardware=hardware)
     url = f"http://{settings.host}:{settings.port}"
     client = LocalClient(engine, library, settings, serving=url)

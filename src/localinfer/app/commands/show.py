@@ -38,6 +38,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     that is corrupt or truncated, and LocalInferError for ``--template`` on a model without a chat template.
     """
     manifest = _resolve(settings, args.model)
+    if manifest.format != "gguf":
+        raise LocalInferError(
+            f"{manifest.name} is an {manifest.format} model; show reads GGUF files",
+            hint=f"its files, config and chat template are in {manifest.path.parent}",
+        )
     if args.template:
         template = read_chat_template(manifest.path)
         if template is None:

@@ -1,0 +1,87 @@
+"""``localinfer convert SOURCE --to onnx``: build an onnxruntime-genai model from a GGUF or a Hugging Face folder,
+register it, and check it against the GGUF."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from localinfer.app.commands.pull import ProgressLine
+from localinfer.config import Settings
+from localinfer.errors import LocalInferError
+from localinfer.models.library import ModelLibrary
+from localinfer.progress import ProgressSink, ignore_progress
+from localinfer.quantize.convert import PRECISIONS, TARGETS, Converted, convert_to_onnx
+
+_MB = 1_000_000
+
+
+def add_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "convert",
+        help="convert a model to ONNX (onnxruntime-genai)",
+        description="Convert a GGUF model (a name from 'localinfer ls' or a .gguf path) or a Hugging Face model "
+        "folder to an onnxruntime-genai model with its model builder, offline, and register it. A quantized GGUF "
+        "is dequantized first. Afterwards a short greedy generation with both models checks that they agree.",
+        epilog="Needs the convert extra: pip install 'localinfer[convert]'.",
+    )
+    p.add_argument("source", help="a model name, a .gguf file, or a Hugging Face model folder")
+    p.add_argument("--to", required=True, choices=("onnx",), help="the format to convert to")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="weights of the result (default int8; int4 for dml): int4 is smaller and faster, int8 closer to the "
+        "source",
+    )
+    p.add_argument("--target", choices=TARGETS, default="cpu", help="the device it is built for (default cpu)")
+    p.add_argument("--name", help="the name to register it under (default: SOURCE-onnx-PRECISION)")
+    p.add_argument("--no-check", action="store_true", help="skip the greedy comparison with the GGUF")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the result")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    library = ModelLibrary.from_settings(settings)
+    renderer = ProgressLine(sys.stderr)
+    sink: ProgressSink = ignore_progress if args.quiet else renderer
+    try:
+        converted = convert_to_onnx(
+            library.store,
+            library,
+            args.source,
+            precision=args.precision,
+            target=args.target,
+            name=args.name,
+            log_dir=settings.home / "logs",
+            progress=sink,
+        )
+    except KeyboardInterrupt:
+        renderer.close()
+        print("localinfer: convert interrupted; nothing was written", file=sys.stderr)
+        return 130
+    finally:
+        renderer.close()
+    manifest = converted.manifest
+    print(
+        f"converted {converted.source.name} -> {manifest.name} ({manifest.quantization} for {args.target}, "
+        f"{manifest.size / _MB:.1f} MB, {converted.seconds:.0f}s) -> {manifest.path.parent}"
+    )
+    if args.no_check:
+        return 0
+    if converted.source.kind != "gguf":
+        print("quality check: skipped: there is no GGUF to compare with", flush=True)
+    else:
+        print(quality_line(converted), flush=True)
+    return 0
+
+
+def quality_line(converted: Converted) -> str:
+    """The greedy comparison of the ONNX model with its GGUF, as one line; a check that fails says why."""
+    from localinfer.quantize.quality import greedy_agreement
+
+    try:
+        agreement = greedy_agreement(converted.source.path, converted.manifest.path.parent)
+    except (LocalInferError, ValueError, RuntimeError) as exc:
+        return f"quality check: could not run ({getattr(exc, 'message', exc)})"
+    return f"quality check: {agreement.summary()}"

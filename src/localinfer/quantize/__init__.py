@@ -1,0 +1,1 @@
+"""Model format work: conversion to ONNX (``convert``) and its quality check (``quality``)."""

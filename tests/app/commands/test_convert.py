@@ -1,0 +1,151 @@
+"""``localinfer convert SOURCE --to onnx`` as a user runs it: a subprocess, a real model, one-line errors, and
+nothing half-written left by a failure or Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from localinfer.app.commands.pull import format_event
+from localinfer.models.store import Manifest, ModelStore
+from localinfer.progress import ProgressEvent
+from localinfer.quantize import builder
+from tests.conftest import MakeGGUF
+from tests.onnx_model import cli_env, output_log
+
+
+def convert(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "localinfer.app.cli", "convert", *args]
+    env = {**cli_env(home, home.parent), "LOCALINFER_DISCOVER": "false"}
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str], message: str) -> None:
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()  # progress lines first, when it got that far
+    assert lines[-2].startswith("localinfer: ") and message in lines[-2], done.stderr
+    assert lines[-1].startswith("hint: ")
+    assert not any(line.startswith("localinfer: ") for line in lines[:-2])
+
+
+def assert_nothing_written(home: Path) -> None:
+    models = home / "models"
+    assert ModelStore(models).list() == []
+    for folder in (models / "onnx", models / "tmp"):
+        assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
+
+
+@pytest.mark.model
+def test_convert_registers_a_folder_model_and_reports_how_close_it_is_to_the_gguf(
+    smollm2: Manifest, smollm2_onnx: Manifest, test_home: Path
+) -> None:
+    output = output_log(test_home, smollm2_onnx.name).read_text(encoding="utf-8")
+    assert f"converted {smollm2.name} -> {smollm2_onnx.name} (int8 for cpu, " in output
+    check = re.search(r"quality check: (\d+)/(\d+) greedy tokens agree with llama\.cpp on the GGUF", output)
+    assert check is not None, output
+    assert int(check.group(1)) >= 8  # an int8 build of the same weights: the greedy replies start alike
+    for status in ("dequantizing the GGUF weights", "building the int8 ONNX model for cpu", "registering"):
+        assert status in output
+
+    folder = smollm2_onnx.path.parent
+    assert folder == ModelStore(test_home / "models").onnx_dir / smollm2_onnx.name
+    manifest = (smollm2_onnx.format, smollm2_onnx.quantization, smollm2_onnx.path.name)
+    assert manifest == ("onnx", "int8", "genai_config.json")
+    assert {f.path.name for f in smollm2_onnx.files} == {p.name for p in folder.iterdir()}
+    assert all(f.owned for f in smollm2_onnx.files)
+    assert {"model.onnx", "tokenizer.json", "chat_template.jinja"} <= {p.name for p in folder.iterdir()}
+    provenance = json.loads((folder / "localinfer-convert.json").read_text(encoding="utf-8"))
+    assert provenance["source_sha256"] == smollm2.files[0].sha256
+    assert (provenance["precision"], provenance["target"]) == ("int8", "cpu")
+    assert provenance["builder"].startswith("onnxruntime-genai ")
+    tokenizer = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert tokenizer["add_bos_token"] is False  # the GGUF's rule, carried over
+
+
+@pytest.mark.model
+def test_ls_shows_a_converted_model_as_its_folder(smollm2_onnx: Manifest, test_home: Path) -> None:
+    command = [sys.executable, "-m", "localinfer.app.cli", "ls"]
+    env = {**cli_env(test_home, test_home), "LOCALINFER_DISCOVER": "false"}
+    listed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+    line = next(line for line in listed.splitlines() if line.startswith(smollm2_onnx.name + " "))
+    assert line.split()[4:] == ["convert", str(smollm2_onnx.path.parent)]
+    assert line.split()[1:4] == [f"{smollm2_onnx.size / 1e6:.1f}", "MB", "int8"]
+
+
+def test_a_failing_builder_is_summed_up_by_its_exception_line(tmp_path: Path) -> None:
+    log = tmp_path / "builder.log"
+    log.write_text(
+        'Reading embedding layer\nTraceback (most recent call last):\n  File "builder.py", line 9\n'
+        "NotImplementedError: The Gemma3ForCausalLM model is not currently supported.\n\n"
+    )
+    summary = builder.last_error(log)
+    assert summary == "NotImplementedError: The Gemma3ForCausalLM model is not currently supported."
+
+
+def test_the_build_shows_its_progress_in_layers() -> None:
+    event = ProgressEvent("building the int8 ONNX model for cpu", total=30, completed=12, unit="layers")
+    assert format_event(event) == "building the int8 ONNX model for cpu  12/30 layers  40%"
+
+
+def test_a_missing_source_is_one_line_with_a_hint(tmp_path: Path) -> None:
+    done = convert(tmp_path / "home", "no-such-model", "--to", "onnx")
+    assert_one_line_error(done, "there is no model, GGUF file or model folder called 'no-such-model'")
+    assert_nothing_written(tmp_path / "home")
+
+
+def test_a_file_that_is_not_a_model_is_one_line_with_a_hint(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a model\n")
+    done = convert(tmp_path / "home", str(notes), "--to", "onnx")
+    assert_one_line_error(done, "is not a model")
+    assert_nothing_written(tmp_path / "home")
+
+
+def test_a_folder_that_is_not_a_model_is_one_line_with_a_hint(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    done = convert(tmp_path / "home", str(tmp_path / "empty"), "--to", "onnx")
+    assert_one_line_error(done, "is not a Hugging Face model folder")
+    assert_nothing_written(tmp_path / "home")
+
+
+def test_a_precision_the_target_cannot_run_is_refused_first(tmp_path: Path) -> None:
+    done = convert(tmp_path / "home", "no-such-model", "--to", "onnx", "--precision", "int8", "--target", "dml")
+    assert_one_line_error(done, "cannot make int8 models for dml")
+
+
+def test_a_gguf_the_converter_cannot_read_fails_in_one_line_and_leaves_nothing(
+    tmp_path: Path, make_gguf: MakeGGUF
+) -> None:
+    broken = make_gguf("tiny.gguf")  # a real GGUF header, but no tokenizer or layers a model needs
+    done = convert(tmp_path / "home", str(broken), "--to", "onnx", timeout=300)
+    assert_one_line_error(done, "")
+    assert_nothing_written(tmp_path / "home")
+
+
+@pytest.mark.model
+def test_ctrl_c_while_building_leaves_nothing_and_stops_the_builder(smollm2: Manifest, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    command = [sys.executable, "-m", "localinfer.app.cli", "convert", str(smollm2.path), "--to", "onnx"]
+    env = {**cli_env(home, tmp_path), "LOCALINFER_DISCOVER": "false"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    builder_log = home / "logs" / f"convert-{smollm2.path.stem}-onnx-int8.log"
+    deadline = time.monotonic() + 240
+    while not (builder_log.exists() and builder_log.stat().st_size) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1]
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "convert interrupted; nothing was written" in stderr
+    assert_nothing_written(home)
+    builders = [p.pid for p in psutil.process_iter(["cmdline"]) if any(str(home) in a for a in p.info["cmdline"] or [])]
+    assert builders == [], "the model builder is still running"
