@@ -37,12 +37,16 @@ class ModelProfile:
         return (self.kv_bytes_per_token or 0) // (self.n_layers or 1)
 
 
+def _kv_bytes(layers: int | None, kv_heads: int | None, key: int | None, value: int | None) -> int | None:
+    """Bytes of f16 keys and values one token takes over all layers; None when a dimension is unknown."""
+    if not (layers and kv_heads and key and value):
+        return None
+    return layers * kv_heads * (key + value) * F16
+
+
 def from_gguf(name: str, info: GGUFInfo, size_bytes: int | None = None) -> ModelProfile:
-    kv = None
-    if info.block_count and info.head_count_kv and info.embedding_length and info.head_count:
-        head = info.embedding_length // info.head_count
-        key, value = info.key_length or head, info.value_length or head
-        kv = info.block_count * info.head_count_kv * (key + value) * F16
+    head = info.embedding_length // info.head_count if info.embedding_length and info.head_count else None
+    kv = _kv_bytes(info.block_count, info.head_count_kv, info.key_length or head, info.value_length or head)
     return ModelProfile(
         name=name,
         format="gguf",
@@ -77,8 +81,8 @@ def _from_onnx(name: str, path: Path) -> ModelProfile:
     model: dict[str, Any] = json.loads((path / "genai_config.json").read_text()).get("model", {})
     decoder: dict[str, Any] = model.get("decoder", {})
     layers = decoder.get("num_hidden_layers")
-    kv_heads, head = decoder.get("num_key_value_heads"), decoder.get("head_size")
-    kv = layers * kv_heads * head * 2 * F16 if layers and kv_heads and head else None
+    head = decoder.get("head_size")
+    kv = _kv_bytes(layers, decoder.get("num_key_value_heads"), head, head)
     return ModelProfile(
         name=name,
         format="onnx",
@@ -95,7 +99,7 @@ def _from_hf(name: str, path: Path) -> ModelProfile:
     heads = config.get("num_attention_heads")
     kv_heads = config.get("num_key_value_heads", heads)
     head = config.get("head_dim") or (config["hidden_size"] // heads if heads and config.get("hidden_size") else None)
-    kv = layers * kv_heads * head * 2 * F16 if layers and kv_heads and head else None
+    kv = _kv_bytes(layers, kv_heads, head, head)
     return ModelProfile(
         name=name,
         format="hf",

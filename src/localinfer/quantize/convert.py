@@ -150,30 +150,21 @@ def convert_to_onnx(
 def _build(
     source: Source, output: Path, work: Path, precision: str, target: str, log_path: Path, progress: ProgressSink
 ) -> None:
+    float_gguf: Path | None = None
     if source.kind == "hf":
         config = json.loads((source.path / "config.json").read_text(encoding="utf-8"))
         layers = config.get("num_hidden_layers") or (config.get("text_config") or {}).get("num_hidden_layers") or 0
-        builder.build(
-            source=source.path,
-            config_folder=None,
-            output=output,
-            precision=precision,
-            target=target,
-            work=work,
-            log_path=log_path,
-            n_layers=int(layers),
-            progress=progress,
-        )
-        return
-    float_gguf = work / "float.gguf"  # the builder reads only float GGUF
-    float32_up_to = 1 << 62 if precision == "fp32" else FLOAT32_UP_TO
-    dequantize(source.path, float_gguf, float32_up_to=float32_up_to, progress=progress)
-    progress(ProgressEvent("reading the config and tokenizer from the GGUF metadata"))
-    hf_folder = work / "hf"
-    n_layers = write_hf_folder(float_gguf, hf_folder)
+        built_from, config_folder, n_layers = source.path, None, int(layers)
+    else:
+        float_gguf = work / "float.gguf"  # the builder reads only float GGUF
+        float32_up_to = 1 << 62 if precision == "fp32" else FLOAT32_UP_TO
+        dequantize(source.path, float_gguf, float32_up_to=float32_up_to, progress=progress)
+        progress(ProgressEvent("reading the config and tokenizer from the GGUF metadata"))
+        config_folder = work / "hf"
+        built_from, n_layers = float_gguf, write_hf_folder(float_gguf, config_folder)
     builder.build(
-        source=float_gguf,
-        config_folder=hf_folder,
+        source=built_from,
+        config_folder=config_folder,
         output=output,
         precision=precision,
         target=target,
@@ -182,7 +173,7 @@ def _build(
         n_layers=n_layers,
         progress=progress,
     )
-    add_bos = gguf_add_bos(float_gguf)
+    add_bos = gguf_add_bos(float_gguf) if float_gguf is not None else None
     if add_bos is not None:  # the builder saved the tokenizer again, without it
         set_add_bos(output, add_bos)
 

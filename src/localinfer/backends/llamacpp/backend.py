@@ -8,13 +8,14 @@ from typing import ClassVar
 import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
+from localinfer.backends.chunks import ChunkQueue, relay
 from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import build_sampler, grammar_for
 from localinfer.backends.llamacpp.step_loop import StepLoop
 from localinfer.backends.text_stream import TextStream
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
-from localinfer.types import GenerationRequest, TokenChunk, TokenStream
+from localinfer.types import GenerationRequest, TokenStream
 
 
 class LlamaCppBackend(Backend):
@@ -54,7 +55,7 @@ class LlamaCppBackend(Backend):
         options = request.options
         grammar = grammar_for(options.response_format)
         sampler = build_sampler(model.vocab, lc.llama_vocab_n_tokens(model.vocab), options.sampling, grammar)
-        chunks: asyncio.Queue[TokenChunk | BaseException] = asyncio.Queue()
+        chunks: ChunkQueue = asyncio.Queue()
         job = Job(
             request_id=request.request_id,
             prompt=prompt,
@@ -67,13 +68,8 @@ class LlamaCppBackend(Backend):
         )
         loop.submit(job)  # raises QueueFull (and frees the sampler) when the slots and the queue are taken
         try:
-            while True:
-                item = await chunks.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if item.finish_reason is not None:
-                    return
+            async for chunk in relay(chunks):
+                yield chunk
         finally:
             job.cancelled = True
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
+from localinfer.backends.chunks import ChunkQueue, relay
 from localinfer.backends.hf_files import read_json
 from localinfer.backends.onnx import job as jobs
 from localinfer.backends.onnx.facts import model_facts, model_folder, sliding_window
@@ -84,7 +85,7 @@ class OnnxBackend(Backend):
         finally:
             self._waiting -= 1
         loop = asyncio.get_running_loop()
-        chunks: asyncio.Queue[jobs.Item] = asyncio.Queue()
+        chunks: ChunkQueue = asyncio.Queue()
         job = jobs.Job(
             request_id=request.request_id,
             prompt=prompt,
@@ -104,13 +105,8 @@ class OnnxBackend(Backend):
         self._current = job
         running.add_done_callback(lambda _: self._job_done(job))
         try:
-            while True:
-                item = await chunks.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if item.finish_reason is not None:
-                    return
+            async for chunk in relay(chunks):
+                yield chunk
         finally:
             job.cancelled.set()
 
