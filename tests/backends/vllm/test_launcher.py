@@ -137,3 +137,28 @@ def test_an_exiting_localinfer_leaves_no_engine_behind(standin: list[str], tmp_p
     )
     pid = int(done.stdout.split()[-1])
     assert not group_members(pid)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_localinfer_leaves_no_engine_behind(standin: list[str], tmp_path: Path) -> None:
+    parent = f"""
+        import asyncio, time
+        from pathlib import Path
+        from localinfer.backends.vllm.launcher import EngineProcess
+        process = EngineProcess({standin!r}, log_path=Path({str(tmp_path / "engine.log")!r}))
+        process.start()
+        asyncio.run(process.wait_ready(30))
+        print(process.pid, flush=True)
+        time.sleep(300)
+    """
+    localinfer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(parent)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert localinfer.stdout is not None
+        pid = int(localinfer.stdout.readline())
+        assert group_members(pid)
+        localinfer.kill()  # no finalizer runs: the kernel must stop the engine
+        localinfer.wait()
+        assert wait_for(lambda: not group_members(pid), timeout=10)
+    finally:
+        localinfer.kill()
+        localinfer.wait()

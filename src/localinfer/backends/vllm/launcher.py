@@ -3,13 +3,16 @@
 The child listens on 127.0.0.1 on a free port and requires a key generated here, so only this process talks to
 it. It runs in a process group of its own (a new session on Linux and macOS, ``CREATE_NEW_PROCESS_GROUP`` on
 Windows, best effort) so that stopping it also stops the workers it forks; a finalizer stops it when the
-``EngineProcess`` is collected or the interpreter exits, so an exiting localinfer leaves no child behind.
+``EngineProcess`` is collected or the interpreter exits, so an exiting localinfer leaves no child behind. A
+localinfer that is killed (SIGKILL, the OOM killer) runs no finalizer: on Linux the kernel then sends the child
+SIGTERM (``PR_SET_PDEATHSIG``), and vLLM stops its own workers on SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import secrets
@@ -119,6 +122,7 @@ class EngineProcess:
                     env={**(self._env if self._env is not None else os.environ), self.key_env: self.api_key},
                     start_new_session=sys.platform != "win32",
                     creationflags=creationflags,
+                    preexec_fn=_stop_with_parent if sys.platform == "linux" else None,
                 )
         except OSError as exc:
             raise ModelLoadError(
@@ -182,6 +186,16 @@ class EngineProcess:
         if self._process is None:
             raise RuntimeError("the engine process was not started")
         return self._process
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _stop_with_parent() -> None:  # pragma: no cover - runs in the child, between fork and exec
+    """Ask the kernel to send this (child) process SIGTERM when the thread that started it ends, which for the event
+    loop's thread is when localinfer exits or is killed. Best effort: a failure leaves the finalizer alone."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 async def _answers(client: httpx.AsyncClient) -> bool:
