@@ -113,6 +113,14 @@ HARDWARE: dict[str, HardwareProfile] = {
         backends=(LLAMA_GPU, ONNX, NO_VLLM),
         providers=("CUDAExecutionProvider", "CPUExecutionProvider"),
     ),
+    "4x A100 80 GB with vLLM": linux(
+        64,
+        1024,
+        900,
+        *(nvidia("NVIDIA A100-SXM4-80GB", 80, 79.1, (8, 0), i) for i in range(4)),
+        backends=(LLAMA_GPU, ONNX, VLLM),
+        providers=("CUDAExecutionProvider", "CPUExecutionProvider"),
+    ),
     "Jetson Orin Nano 8 GB": linux(
         6,
         7.4,
@@ -135,4 +143,6 @@ MODELS: dict[str, ModelProfile] = {
     "Qwen2.5 1.5B ONNX int4": ModelProfile("qwen2.5-1.5b-onnx", "onnx", int(1.6 * GB), 28, 32768, 28 * 2 * 256 * 2),
     # Llama 3.1 8B Instruct in safetensors (bf16).
     "Llama 3.1 8B safetensors": ModelProfile("llama3.1-8b-hf", "hf", int(16.1 * GB), 32, 131072, 32 * 8 * 256 * 2),
+    # Llama 3.3 70B Instruct in safetensors (bf16): 141 GB.
+    "Llama 3.3 70B safetensors": ModelProfile("llama3.3-70b-hf", "hf", int(141 * GB), 80, 131072, 80 * 8 * 256 * 2),
 }

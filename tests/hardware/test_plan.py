@@ -44,7 +44,20 @@ PLANS = [
     ("A100 40 GB", "Llama 3.1 8B safetensors", "vllm", "cuda:0", -1, 8192, 0, True, "vLLM on NVIDIA A100"),
     ("H100 80 GB with vLLM", "Llama 3.3 70B Q4_K_M", "llamacpp", "cuda:0", 81, 8192, 4, True, "all 81 layers"),
     ("H100 80 GB with vLLM", "Llama 3.1 8B safetensors", "vllm", "cuda:0", -1, 8192, 0, True, "compute capability"),
+    ("H100 80 GB with vLLM", "Llama 3.3 70B safetensors", "vllm", "cuda:0", -1, 8192, 0, False, "fail to load"),
     ("H100 80 GB without vLLM", "Qwen2.5 1.5B ONNX int4", "onnx", "cuda:0", 0, 8192, 1, True, "through CUDA"),
+    ("4x A100 80 GB with vLLM", "Llama 3.1 8B safetensors", "vllm", "cuda:0", -1, 8192, 0, True, "vLLM on NVIDIA A100"),
+    (
+        "4x A100 80 GB with vLLM",
+        "Llama 3.3 70B safetensors",
+        "vllm",
+        "cuda:0,1,2,3",
+        -1,
+        8192,
+        0,
+        True,
+        "split over 4 GPUs (--tensor-parallel-size 4)",
+    ),
     ("Jetson Orin Nano 8 GB", "SmolLM2 135M Q4_1", "llamacpp", "cuda:0", 31, 8192, 4, True, "all 31 layers on Orin"),
     ("Jetson Orin Nano 8 GB", "Llama 3.1 8B Q4_K_M", "llamacpp", "cuda:0", 27, 8192, 1, False, "it will swap or fail"),
 ]
@@ -79,6 +92,12 @@ def test_the_plan_for_each_machine_and_model(
     explanation = " | ".join(chosen.reasons)
     assert why in explanation, explanation
     assert chosen.threads == HARDWARE[machine].cpu.physical_cores
+
+
+def test_vllm_splits_a_model_over_gpus_only_when_one_cannot_hold_it() -> None:
+    four = HARDWARE["4x A100 80 GB with vLLM"]
+    assert plan(four, MODELS["Llama 3.3 70B safetensors"]).engine_args == ("--tensor-parallel-size", "4")
+    assert plan(four, MODELS["Llama 3.1 8B safetensors"]).engine_args == ()
 
 
 def test_the_table_covers_twelve_machines() -> None:

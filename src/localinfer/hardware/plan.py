@@ -26,6 +26,8 @@ GPU_COMPUTE_RESERVE = 512 * MiB  # llama.cpp's compute buffers and CUDA's contex
 CPU_COMPUTE_RESERVE = 256 * MiB
 VLLM_MIN_MEMORY = 40 * GiB
 VLLM_MIN_CC = (8, 0)
+VLLM_MEMORY_SHARE = 0.9  # vLLM's default --gpu-memory-utilization
+VLLM_WEIGHTS_SHARE = 0.7  # of that, what weights may take so the KV cache keeps room for long contexts
 OFFLOAD_APIS = ("cuda", "rocm", "metal", "vulkan")
 ORT_PROVIDERS = (  # (provider, what it needs, how to say it)
     ("CUDAExecutionProvider", "nvidia", "the NVIDIA GPU through CUDA"),
@@ -59,6 +61,7 @@ class Plan:
     memory_bytes: int = 0  # weights + KV cache + compute reserve, all devices
     fits: bool = True
     reasons: tuple[str, ...] = ()
+    engine_args: tuple[str, ...] = ()  # for an engine run as a process (vLLM: --tensor-parallel-size 2)
 
 
 def _gb(n: int) -> str:
@@ -237,22 +240,42 @@ def _check_vllm_hardware(hw: HardwareProfile, model: ModelProfile) -> None:
 
 def _plan_vllm(hw: HardwareProfile, model: ModelProfile, overrides: Overrides) -> Plan:
     ctx, why_ctx = _context(model, overrides)
-    gpu = _vllm_gpus(hw)[0]
-    reasons = (
+    gpus = _vllm_gpus(hw)
+    gpu = gpus[0]
+    reasons = [
         f"vLLM on {gpu.name} ({_gb(gpu.memory_total)}, compute capability {gpu.compute_capability}): "
         f"a datacenter GPU serves {model.format} models fastest with vLLM",
         why_ctx,
         "vLLM batches requests itself",
-    )
+    ]
+    per_gpu = int(min(g.memory_total for g in gpus) * VLLM_MEMORY_SHARE * VLLM_WEIGHTS_SHARE)
+    size = 1  # tensor parallel size: a power of two, as attention heads divide by it
+    while model.size_bytes > per_gpu * size and size * 2 <= len(gpus):
+        size *= 2
+    fits = model.size_bytes <= per_gpu * size
+    engine_args: tuple[str, ...] = ()
+    if size > 1:
+        engine_args = ("--tensor-parallel-size", str(size))
+        reasons.append(
+            f"split over {size} GPUs (--tensor-parallel-size {size}): its {_gb(model.size_bytes)} of weights "
+            f"need more than the {_gb(per_gpu)} one GPU gives them beside the KV cache"
+        )
+    if not fits:
+        reasons.append(
+            f"needs {_gb(model.size_bytes)} for weights but {size} GPU{'s' if size > 1 else ''} give "
+            f"{_gb(per_gpu * size)}: it will fail to load; pull a quantized GGUF of it"
+        )
     return Plan(
         "vllm",
-        f"cuda:{gpu.index}",
+        "cuda:" + ",".join(str(g.index) for g in gpus[:size]),
         -1,
         ctx,
         overrides.parallel or 0,
         _threads(hw, overrides),
         memory_bytes=model.size_bytes,
-        reasons=reasons,
+        fits=fits,
+        reasons=tuple(reasons),
+        engine_args=engine_args,
     )
 
 
