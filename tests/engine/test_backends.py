@@ -1,7 +1,9 @@
-"""The engine serves each model on the backend its format maps to: GGUF on llama.cpp, ONNX on ONNX Runtime."""
+"""The engine serves each model on the backend its format maps to: GGUF on llama.cpp, ONNX on ONNX Runtime,
+Hugging Face folders on vLLM."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,12 +11,14 @@ import pytest
 from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.onnx.backend import OnnxBackend
+from localinfer.backends.vllm.backend import VllmBackend
 from localinfer.config import Settings
 from localinfer.engine.backends import DEFAULT_BACKENDS, backend_for
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelLoadError
-from localinfer.models.store import Manifest, ModelFile, ModelStore
+from localinfer.models.store import Manifest, ModelFile, ModelStore, hf_manifest
 from localinfer.types import GenerationRequest, TokenStream
+from tests.hardware.profiles import HARDWARE
 
 
 class Recording(Backend):
@@ -49,14 +53,43 @@ def manifest(name: str, fmt: str, path: Path) -> Manifest:
     return Manifest(name, f"file:{path}", fmt, (ModelFile(path, 0, None),), None, 0)
 
 
-def test_the_default_table_maps_gguf_to_llamacpp_and_onnx_to_onnx_runtime(tmp_path: Path) -> None:
+def test_the_default_table_maps_gguf_to_llamacpp_onnx_to_onnx_runtime_and_hf_to_vllm(tmp_path: Path) -> None:
     assert isinstance(backend_for(manifest("a", "gguf", tmp_path / "a.gguf"), DEFAULT_BACKENDS), LlamaCppBackend)
     assert isinstance(backend_for(manifest("b", "onnx", tmp_path / "b"), DEFAULT_BACKENDS), OnnxBackend)
+    assert isinstance(backend_for(manifest("c", "hf", tmp_path / "c" / "config.json"), DEFAULT_BACKENDS), VllmBackend)
 
 
 def test_a_format_no_backend_serves_is_a_load_error(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match="no backend here serves hf models"):
-        backend_for(manifest("c", "hf", tmp_path / "c"), DEFAULT_BACKENDS)
+    with pytest.raises(ModelLoadError, match="no backend here serves mlx models"):
+        backend_for(manifest("c", "mlx", tmp_path / "c"), DEFAULT_BACKENDS)
+
+
+async def test_a_folder_model_is_planned_for_vllm_with_its_name_and_the_engine_args(tmp_path: Path) -> None:
+    folder = tmp_path / "tiny-hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "max_position_embeddings": 32768}))
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    settings = Settings(home=tmp_path, discover=False, engine_args=["--enforce-eager"])
+    backend = Recording("hf")
+    h100 = HARDWARE["H100 80 GB with vLLM"]
+    engine = Engine(settings, ModelStore(settings.models_dir), {"hf": lambda: backend}, hardware=h100)
+    await engine.preload(hf_manifest(folder, name="org/tiny")).ready
+    assert backend.spec is not None
+    assert (backend.spec.name, backend.spec.path, backend.spec.ctx_size) == ("org/tiny", folder / "config.json", 8192)
+    assert backend.spec.extra_args == ("--enforce-eager",)
+    await engine.close()
+
+
+async def test_a_folder_model_this_machine_cannot_run_fails_to_load_with_the_planners_reason(tmp_path: Path) -> None:
+    folder = tmp_path / "tiny-hf"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    settings = Settings(home=tmp_path, discover=False)
+    laptop = HARDWARE["laptop without GPU"]
+    engine = Engine(settings, ModelStore(settings.models_dir), {"hf": lambda: Recording("hf")}, hardware=laptop)
+    with pytest.raises(ModelLoadError, match="needs vLLM, which needs an NVIDIA GPU"):
+        await engine.preload(hf_manifest(folder)).ready
 
 
 async def test_the_engine_picks_each_models_backend_by_its_format(tmp_path: Path) -> None:

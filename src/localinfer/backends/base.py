@@ -5,9 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from localinfer.types import GenerationRequest, TokenStream
+
+if TYPE_CHECKING:
+    from localinfer.backends.vllm.proxy import EngineProxy
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class LoadSpec:
     """How to load one model. ``ctx_size == 0`` means the model's trained context, capped at ``ctx_cap``."""
 
     path: Path
+    name: str = ""  # what clients call the model (an engine process serves it under this name)
     ctx_size: int = 0
     ctx_cap: int = 8192
     threads: int = 0
@@ -90,3 +94,9 @@ class Backend(ABC):
     @abstractmethod
     def slot_usage(self) -> SlotUsage:
         """How many requests are generating and waiting right now."""
+
+    @property
+    def relay(self) -> EngineProxy | None:
+        """For a backend that runs its model in an engine process with its own OpenAI server (vLLM): the proxy
+        that relays clients' requests to it as they are, while loaded. None for a backend serving in process."""
+        return None

@@ -11,12 +11,14 @@ import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from localinfer.backends.base import Backend, LoadSpec, ModelFacts, SlotUsage
 from localinfer.config import Settings
 from localinfer.engine.backends import (
     DEFAULT_BACKENDS,
+    PLANNED_FORMATS,
+    RELAYED_FORMATS,
     BackendFactories,
     BackendFactory,
     backend_for,
@@ -24,11 +26,14 @@ from localinfer.engine.backends import (
     trained_context,
 )
 from localinfer.engine.templates import ChatTemplate
-from localinfer.errors import LocalInferError, ModelNotReady
-from localinfer.hardware.plan import Overrides, plan
+from localinfer.errors import LocalInferError, ModelLoadError, ModelNotReady
+from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.store import Manifest, ModelSource
 from localinfer.types import ChatRequest, CompletionRequest, GenerationRequest, ModelInfo, TokenStream
+
+if TYPE_CHECKING:
+    from localinfer.backends.vllm.proxy import EngineProxy
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +80,16 @@ class Engine:
         s = self._settings
         spec = LoadSpec(
             path=manifest.path,
+            name=manifest.name,
             ctx_size=s.ctx_size if ctx_size is None else ctx_size,
             threads=s.threads,
             batch_size=s.batch_size,
             parallel=s.parallel,
             max_queue=s.max_queue,
             gpu_layers=s.gpu_layers or 0,
+            extra_args=tuple(s.engine_args),
         )
-        if self._hardware is None or manifest.format not in ("gguf", "onnx"):
+        if self._hardware is None or manifest.format not in PLANNED_FORMATS:
             return spec
         overrides = Overrides(
             gpu_layers=s.gpu_layers,
@@ -92,6 +99,11 @@ class Engine:
         )
         try:
             chosen = plan(self._hardware, model_profile(manifest), overrides)
+        except PlanError as exc:
+            if manifest.format in RELAYED_FORMATS:  # its engine cannot run here: starting it would only fail later
+                raise ModelLoadError(exc.message, hint=exc.hint) from exc
+            log.warning("no plan for %s (%s): loading it as configured", manifest.name, exc.message)
+            return spec
         except LocalInferError as exc:
             log.warning("no plan for %s (%s): loading it as configured", manifest.name, exc.message)
             return spec
@@ -105,7 +117,13 @@ class Engine:
             parallel=chosen.parallel,
             gpu_layers=chosen.gpu_layers,
             provider=chosen.provider,
+            extra_args=spec.extra_args + chosen.engine_args,
         )
+
+    def check_plan(self, manifest: Manifest) -> None:
+        """Plan ``manifest``'s load now (logging the plan), so that a model this machine cannot run fails before it
+        is served. Raises ModelLoadError."""
+        self._load_spec(manifest, None)
 
     def preload(self, manifest: Manifest, *, ctx_size: int | None = None) -> Runner:
         """Start loading ``manifest`` in the background (``health`` says ``loading`` until it is done), with a
@@ -163,6 +181,22 @@ class Engine:
         if runner is None:
             runner = self.preload(self._models.resolve(model), ctx_size=ctx_size)
         await asyncio.shield(runner.ready)
+
+    async def relay(self, model: str) -> EngineProxy | None:
+        """The proxy to the engine process serving ``model`` when its backend is one (vLLM), whose OpenAI routes a
+        server relays as they are; it is loaded first. None for a model served in this process, or a name that
+        is not a model (the caller's own routes answer those). Raises ModelLoadError when it fails to load."""
+        runner = self._runners.get(model)
+        if runner is None:
+            try:
+                manifest = self._models.resolve(model)
+            except LocalInferError:
+                return None
+            if manifest.format not in RELAYED_FORMATS:
+                return None
+            runner = self.preload(manifest)
+        await asyncio.shield(runner.ready)
+        return runner.backend.relay
 
     def health(self) -> Health:
         if any(not r.ready.done() for r in self._runners.values()):

@@ -98,3 +98,20 @@ def _real(path: Path) -> Path:
         return path.resolve()
     except OSError:
         return path
+
+
+class Aliased:
+    """A model source where ``manifest`` is known by another name (``serve --alias``), and by that name only."""
+
+    def __init__(self, source: ModelLibrary, original: str, manifest: Manifest) -> None:
+        self._source = source
+        self._original = original
+        self.manifest = manifest
+
+    def list(self) -> list[Manifest]:
+        return [self.manifest, *(m for m in self._source.list() if m.name != self._original)]
+
+    def resolve(self, ref: str) -> Manifest:
+        if ref == self.manifest.name:
+            return self.manifest
+        return self._source.resolve(ref)

@@ -33,6 +33,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9._:-]|/(?![./]))*$")
 _NAME_MAX = 200
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 ONNX_CONFIG = "genai_config.json"  # what makes a folder an onnxruntime-genai model
+HF_CONFIG = "config.json"  # with safetensors weights beside it, what makes a folder a Hugging Face model
 
 
 @dataclass(frozen=True)
@@ -192,8 +193,8 @@ class ModelStore:
         log.info("removed model %s", name)
 
     def resolve(self, ref: str) -> Manifest:
-        """A registered name's manifest, or an unregistered one for an existing ``.gguf`` file or onnxruntime-genai
-        model folder used in place.
+        """A registered name's manifest, or an unregistered one for an existing ``.gguf`` file, onnxruntime-genai
+        model folder or Hugging Face (safetensors) folder used in place.
 
         The in-place manifest is named after the file's stem, has source ``file:<absolute path>`` and no
         sha256 or quantization (reading the file is the loader's job). Raises ModelNotFound otherwise.
@@ -204,6 +205,8 @@ class ModelStore:
         path = Path(ref).expanduser()
         if (path / ONNX_CONFIG).is_file():
             return onnx_manifest(path)
+        if is_hf_folder(path):
+            return hf_manifest(path)
         if path.is_file():
             if not _is_gguf(path):
                 raise ModelNotFound(ref, hint=f"{path} is not a GGUF file; localinfer loads GGUF models")
@@ -330,6 +333,27 @@ def onnx_manifest(
         files=tuple(ModelFile(path=f, size=f.stat().st_size, sha256=None, owned=owned) for f in files),
         quantization=quantization,
         created=int((folder / ONNX_CONFIG).stat().st_mtime),
+    )
+
+
+def is_hf_folder(path: Path) -> bool:
+    """Whether ``path`` is a Hugging Face model folder: a ``config.json`` and safetensors weights."""
+    return (path / HF_CONFIG).is_file() and any(path.glob("*.safetensors"))
+
+
+def hf_manifest(folder: Path, *, name: str | None = None, source: str | None = None) -> Manifest:
+    """A manifest for a Hugging Face (safetensors) model folder used in place, which vLLM serves: the files at its
+    top level, ``config.json`` first (so ``path`` is the config and ``path.parent`` the folder). Its files are
+    never deleted by localinfer."""
+    folder = folder.expanduser().resolve()
+    files = sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: (f.name != HF_CONFIG, f.name))
+    return Manifest(
+        name=name or folder.name,
+        source=source or f"file:{folder}",
+        format="hf",
+        files=tuple(ModelFile(path=f, size=f.stat().st_size, sha256=None) for f in files),
+        quantization=None,
+        created=int((folder / HF_CONFIG).stat().st_mtime),
     )
 
 

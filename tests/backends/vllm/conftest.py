@@ -16,6 +16,7 @@ import psutil
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from localinfer.backends.vllm.adapter import proxy_route
 from localinfer.backends.vllm.launcher import EngineProcess, free_port
@@ -135,6 +136,13 @@ def serving_proxy(process: EngineProcess) -> Iterator[str]:
         await app.state.proxy.aclose()
 
     app = FastAPI(lifespan=lifespan, routes=[proxy_route(lambda request: request.app.state.proxy)])
+    with serving_app(app) as url:
+        yield url
+
+
+@contextmanager
+def serving_app(app: ASGIApp) -> Iterator[str]:
+    """A real uvicorn on 127.0.0.1, in a thread, serving ``app`` (its lifespan included); yields its base URL."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="proxy uvicorn", daemon=True)

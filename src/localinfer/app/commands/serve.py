@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import sys
 from typing import Any
@@ -18,8 +19,9 @@ from localinfer.engine.backends import check_files
 from localinfer.engine.engine import Engine
 from localinfer.errors import ConfigError
 from localinfer.hardware.detect import detect
-from localinfer.models.library import ModelLibrary
+from localinfer.models.library import Aliased, ModelLibrary
 from localinfer.models.pull import ensure_model
+from localinfer.models.store import ModelSource, validate_name
 
 
 def add_parser(subparsers: Any) -> None:
@@ -40,6 +42,27 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--parallel", type=int, help="requests decoded together (slots; default: up to 4, as memory allows)")
     p.add_argument("--max-queue", type=int, help="requests that may wait for a slot before the server says 503")
     p.add_argument("--gpu-layers", type=int, help="layers to offload to the GPU (-1: all; default: as many as fit)")
+    p.add_argument(
+        "--alias",
+        "--served-model-name",
+        metavar="NAME",
+        help="the name clients use for the model (default: its own), as llama-server's --alias and vLLM's "
+        "--served-model-name",
+    )
+    p.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        metavar="N",
+        help="vLLM: split the model over N GPUs (default: as many as it needs)",
+    )
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="vLLM: an argument given to 'vllm serve' as it is; repeat it, with '=' for dashes: "
+        "--engine-arg=--enforce-eager",
+    )
     p.set_defaults(run=run)
 
 
@@ -50,6 +73,15 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _engine_args(args: argparse.Namespace) -> list[str]:
+    extra = list(args.engine_arg)
+    if args.tensor_parallel_size is not None:
+        if args.tensor_parallel_size < 1:
+            raise ConfigError("--tensor-parallel-size must be 1 or more", hint="e.g. --tensor-parallel-size 2")
+        extra += ["--tensor-parallel-size", str(args.tensor_parallel_size)]
+    return extra
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -63,6 +95,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         max_queue=args.max_queue,
         gpu_layers=args.gpu_layers,
         model=args.model,
+        engine_args=_engine_args(args) or None,
     )
     api_key = settings.api_key.get_secret_value() if settings.api_key else None
     if not is_loopback(settings.host) and not api_key:
@@ -78,7 +111,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         progress.close()
     check_files(manifest)  # a corrupt or truncated model fails here, in one line, not in the background
-    engine = Engine(settings, library, hardware=hardware)
+    models: ModelSource = library
+    if args.alias:
+        original = manifest.name
+        manifest = dataclasses.replace(manifest, name=validate_name(args.alias))
+        models = Aliased(library, original, manifest)
+    engine = Engine(settings, models, hardware=hardware)
+    engine.check_plan(manifest)  # a model this machine cannot run (vLLM's without its GPU) fails here, in one line
     url = f"http://{settings.host}:{settings.port}"
     client = LocalClient(engine, library, settings, serving=url)
     app = create_app(engine, api_key=api_key, preload=manifest, client=client)

@@ -18,6 +18,7 @@ from localinfer import __version__
 from localinfer.app.server.errors import ollama_error, ollama_error_body, openai_error, openai_error_body
 from localinfer.app.server.ollama.routes import router as ollama_router
 from localinfer.app.server.openai.routes import router as openai_router
+from localinfer.app.server.relay import EngineRelay
 from localinfer.client.local import LocalClient
 from localinfer.engine.engine import Engine
 from localinfer.errors import LocalInferError
@@ -46,6 +47,7 @@ def create_app(
     app.state.client = client
     app.include_router(openai_router)
     app.include_router(ollama_router)
+    app.add_middleware(EngineRelay, relay_for=engine.relay)  # models vLLM serves: their OpenAI routes as they are
 
     @app.get("/health")
     async def health() -> JSONResponse:

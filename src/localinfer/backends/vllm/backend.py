@@ -22,6 +22,7 @@ from localinfer.backends.vllm.facts import flag_value, model_facts
 from localinfer.backends.vllm.launcher import EngineProcess, vllm_command
 from localinfer.backends.vllm.proxy import EngineProxy
 from localinfer.errors import ModelLoadError, ModelNotReady
+from localinfer.models.store import HF_CONFIG
 from localinfer.types import GenerationRequest, TokenStream
 
 READY_TIMEOUT = 1200.0  # seconds: a large model, read from disk and compiled, can take many minutes
@@ -73,7 +74,7 @@ class VllmBackend(Backend):
         return self._process
 
     @property
-    def proxy(self) -> EngineProxy | None:
+    def relay(self) -> EngineProxy | None:
         """The proxy to the engine's server while loaded."""
         return self._proxy
 
@@ -82,11 +83,14 @@ class VllmBackend(Backend):
         engine's log) when it exits or is not ready in time; the child is stopped then."""
         if self._process is not None:
             raise ModelLoadError("this backend already has a model loaded", hint="unload it first")
+        folder = spec.path.parent if spec.path.name == HF_CONFIG else spec.path  # a manifest's path is its config
         extra = list(spec.extra_args)
         if spec.ctx_size > 0 and flag_value(extra, "--max-model-len") is None:
             extra += ["--max-model-len", str(spec.ctx_size)]
+        if spec.name and flag_value(extra, "--served-model-name") is None:
+            extra += ["--served-model-name", spec.name]  # clients' requests name it so, and are relayed as they are
         process = EngineProcess(
-            self._command(str(spec.path)),
+            self._command(str(folder)),
             log_path=self._new_log(),
             extra_args=extra,
             env=self._env,
@@ -102,7 +106,7 @@ class VllmBackend(Backend):
             await proxy.aclose()
             raise
         self._process, self._proxy, self._model_id = process, proxy, str(card["id"])
-        self._facts = model_facts(spec.path, card, ctx_size=spec.ctx_size, extra_args=extra)
+        self._facts = model_facts(folder, card, ctx_size=spec.ctx_size, extra_args=extra)
 
     @property
     def facts(self) -> ModelFacts:

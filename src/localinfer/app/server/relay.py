@@ -1,0 +1,88 @@
+"""Relays OpenAI requests for a model served by an engine process (vLLM) to that engine as they are.
+
+Its answers come back byte for byte (see ``backends.vllm.proxy``), so every field vLLM supports (tools, guided
+decoding, logprobs, ``n``) works. Requests for any other model, unknown names, bodies that are not JSON, and
+requests without the server's key go on to the app's own routes, which answer or refuse them as usual.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from localinfer.app.server.auth import require_api_key
+from localinfer.app.server.errors import openai_error
+from localinfer.backends.vllm.adapter import forward
+from localinfer.backends.vllm.proxy import EngineProxy
+from localinfer.errors import LocalInferError, Unauthorized
+
+RELAYED_PATHS: Final = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"})
+
+RelayFor = Callable[[str], Awaitable[EngineProxy | None]]
+
+
+class EngineRelay:
+    """ASGI middleware: POSTs to ``RELAYED_PATHS`` whose ``model`` ``relay_for`` maps to a proxy are forwarded
+    there; everything else reaches ``app`` unchanged (the body read here is handed on)."""
+
+    def __init__(self, app: ASGIApp, relay_for: RelayFor) -> None:
+        self.app = app
+        self.relay_for = relay_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in RELAYED_PATHS:
+            await self.app(scope, receive, send)
+            return
+        body, receive = await _buffered(receive)
+        model = _model_of(body)
+        request = Request(scope, receive)
+        try:
+            await require_api_key(request)
+        except Unauthorized:  # the app's routes refuse it, in their shape
+            model = None
+        try:
+            proxy = await self.relay_for(model) if model else None
+        except LocalInferError as exc:
+            status, error = openai_error(exc)
+            await JSONResponse(error, status_code=status)(scope, receive, send)
+            return
+        if proxy is None:
+            await self.app(scope, receive, send)
+            return
+        response = await forward(proxy, request)
+        await response(scope, receive, send)
+
+
+async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
+    """The whole request body, and a ``receive`` that gives it again before what follows (a disconnect)."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away: pass that on
+            pending: list[Message] = [message]
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            pending = []
+            break
+    body = b"".join(chunks)
+    replay: list[Message] = [{"type": "http.request", "body": body, "more_body": False}, *pending]
+
+    async def replayed() -> Message:
+        return replay.pop(0) if replay else await receive()
+
+    return body, replayed
+
+
+def _model_of(body: bytes) -> str | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None

@@ -1,0 +1,216 @@
+"""A Hugging Face (safetensors) folder served through localinfer's server by its vLLM backend, with stand-in engines
+started as ``vllm serve`` would be: OpenAI requests relayed as they are, refusals answered by the app."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+
+from localinfer.app.server.app import create_app
+from localinfer.backends.vllm.backend import VllmBackend
+from localinfer.config import Settings
+from localinfer.engine.backends import DEFAULT_BACKENDS
+from localinfer.engine.engine import Engine
+from localinfer.models.store import ModelStore, hf_manifest
+from tests.backends.vllm.conftest import (
+    LOCALINFER_ARGS,
+    LOCALINFER_KEY_ENV,
+    group_members,
+    localinfer_command,
+    serving_app,
+    standin_env,
+)
+
+NAME = "org/tiny-hf"
+KEY = "server-key"
+
+# An OpenAI-shaped engine that answers each POST with what it received: path, body (as text) and Authorization;
+# streamed (two events, then [DONE]) when the body asks for a stream. Serves its --served-model-name.
+ECHO_ENGINE = """
+import http.server, json, os, sys
+args = sys.argv[1:]
+port, key = int(args[args.index("--port") + 1]), os.environ["VLLM_API_KEY"]
+name = args[args.index("--served-model-name") + 1]
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def reply(self, status, data, kind="application/json"):
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Engine", "echo")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.reply(200, json.dumps({"object": "list", "data": [{"id": name, "max_model_len": 2048}]}).encode())
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+        seen = {"path": self.path, "body": body, "authorization": self.headers.get("Authorization")}
+        if json.loads(body).get("stream"):
+            events = [json.dumps({"seen": seen, "n": i}) for i in range(2)] + ["[DONE]"]
+            self.reply(200, "".join(f"data: {e}\\n\\n" for e in events).encode(), "text/event-stream")
+        else:
+            self.reply(200, json.dumps({"seen": seen}).encode())
+
+    def log_message(self, *args):
+        pass
+
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def hf_folder(root: Path) -> Path:
+    """A Hugging Face model folder as vLLM takes it: config, tokenizer config with a chat template, weights."""
+    folder = root / "tiny-hf"
+    folder.mkdir()
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 576,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "max_position_embeddings": 8192,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    tokenizer = {"chat_template": template, "eos_token": "<|im_end|>", "bos_token": "<|im_start|>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    header = json.dumps({"__metadata__": {"format": "pt"}}).encode()
+    (folder / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    return folder
+
+
+def served_engine(tmp_path: Path, backend: VllmBackend, engine_args: list[str]) -> Engine:
+    """An engine whose models in a store under ``tmp_path`` include the folder, registered as NAME."""
+    store = ModelStore(tmp_path / "models")
+    store.register(hf_manifest(hf_folder(tmp_path), name=NAME))
+    settings = Settings(home=tmp_path, discover=False, engine_args=engine_args)
+    return Engine(settings, store, {**DEFAULT_BACKENDS, "hf": lambda: backend})
+
+
+@pytest.fixture
+def echo_server(tmp_path: Path) -> Iterator[tuple[str, VllmBackend]]:
+    """localinfer's server (key KEY) with NAME served by the echo engine; yields its URL and the backend."""
+    script = tmp_path / "echo_engine.py"
+    script.write_text(ECHO_ENGINE)
+    backend = VllmBackend(command=lambda folder: [sys.executable, str(script)], log_dir=tmp_path, stop_grace=2)
+    engine = served_engine(tmp_path, backend, ["--enforce-eager"])
+    with serving_app(create_app(engine, api_key=KEY)) as url:
+        yield url, backend
+
+
+def test_a_chat_request_reaches_the_engine_as_sent_and_its_answer_comes_back_as_sent(
+    echo_server: tuple[str, VllmBackend],
+) -> None:
+    url, backend = echo_server
+    body = b'{"model": "org/tiny-hf", "messages": [{"role": "user", "content": "hi"}], "guided_choice": ["a", "b"]}'
+    answer = httpx.post(f"{url}/v1/chat/completions", content=body, headers={"Authorization": f"Bearer {KEY}"})
+    assert answer.status_code == 200
+    assert answer.headers["x-engine"] == "echo"
+    seen = answer.json()["seen"]
+    assert seen["path"] == "/v1/chat/completions"
+    assert seen["body"] == body.decode()  # vLLM-only fields pass: nothing was parsed or rewritten
+    assert backend.process is not None
+    assert seen["authorization"] == f"Bearer {backend.process.api_key}"  # the engine's key, not the client's
+    assert "--served-model-name" in backend.process.argv and NAME in backend.process.argv
+    assert "--enforce-eager" in backend.process.argv  # the engine_args setting reached it
+
+
+def test_a_streamed_answer_is_relayed_event_by_event(echo_server: tuple[str, VllmBackend]) -> None:
+    url, _ = echo_server
+    body = {"model": NAME, "prompt": "x", "stream": True}
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}) as answer:
+        raw = b"".join(answer.iter_raw())
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    events = [e for e in raw.split(b"\n\n") if e]
+    assert [json.loads(e[6:])["n"] for e in events[:-1]] == [0, 1]
+    assert events[-1] == b"data: [DONE]"
+    assert json.loads(events[0][6:])["seen"]["path"] == "/v1/completions"
+
+
+def test_a_request_without_the_key_is_refused_before_the_engine_starts(echo_server: tuple[str, VllmBackend]) -> None:
+    url, backend = echo_server
+    answer = httpx.post(f"{url}/v1/chat/completions", json={"model": NAME, "messages": []})
+    assert answer.status_code == 401
+    assert answer.json()["error"]["type"] == "authentication_error"
+    assert backend.process is None
+
+
+def test_other_models_and_bad_bodies_still_get_the_apps_answers(echo_server: tuple[str, VllmBackend]) -> None:
+    url, backend = echo_server
+    auth = {"Authorization": f"Bearer {KEY}"}
+    chat = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
+    missing = httpx.post(f"{url}/v1/chat/completions", json=chat, headers=auth)
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "model_not_found"
+    broken = httpx.post(
+        f"{url}/v1/chat/completions", content=b"{not json", headers={**auth, "Content-Type": "application/json"}
+    )
+    assert broken.status_code == 400
+    assert broken.json()["error"]["message"] == "the request body is not valid JSON"
+    assert backend.process is None
+
+
+@pytest.mark.model
+def test_clients_chat_with_a_folder_model_through_a_localinfer_standin_engine(
+    smollm2_gguf: Path, tmp_path: Path
+) -> None:
+    backend = VllmBackend(
+        command=lambda folder: localinfer_command(str(smollm2_gguf)),  # the stand-in serves SmolLM2 in its stead
+        log_dir=tmp_path,
+        env=standin_env(tmp_path),
+        key_env=LOCALINFER_KEY_ENV,
+        stop_grace=5,
+    )
+    engine = served_engine(tmp_path, backend, LOCALINFER_ARGS)
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "What is the capital city of France? Answer in one word."}
+    ]
+    with serving_app(create_app(engine)) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        whole = client.chat.completions.create(model=NAME, messages=messages, max_tokens=24, temperature=0)
+        assert whole.model == NAME
+        assert "Paris" in (whole.choices[0].message.content or "")
+        stream = client.chat.completions.create(
+            model=NAME,
+            messages=messages,
+            max_tokens=24,
+            temperature=0,
+            stream=True,
+        )
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert streamed == whole.choices[0].message.content
+        assert NAME in [m.id for m in client.models.list()]
+        assert backend.process is not None
+        pid = backend.process.pid or 0
+    assert not group_members(pid)  # the server's shutdown stopped the engine
+
+
+def test_serving_a_folder_model_on_a_machine_without_vllm_fails_in_one_line(tmp_path: Path) -> None:
+    folder = hf_folder(tmp_path)
+    env = {**os.environ, "LOCALINFER_HOME": str(tmp_path / "home"), "LOCALINFER_CONFIG": str(tmp_path / "none.toml")}
+    done = subprocess.run(
+        [sys.executable, "-m", "localinfer.app.cli", "serve", str(folder), "--port", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("localinfer: tiny-hf needs vLLM"), done.stderr
+    assert "Traceback" not in done.stderr
+    assert any("convert the model to ONNX" in line for line in lines)
