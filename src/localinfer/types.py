@@ -144,7 +144,10 @@ class ModelInfo:
     created: int = 0
     context_length: int | None = None  # the loaded context when loaded, else the trained one (None: unknown)
     loading: bool = False
+    format: str = "gguf"  # gguf, onnx (an onnxruntime-genai folder) or hf (a Hugging Face safetensors folder)
 
+
+OLLAMA_FORMAT_NAMES = {"gguf": "gguf", "onnx": "onnx", "hf": "safetensors"}  # ModelInfo.format as Ollama's API says it
 
 TokenStream = AsyncGenerator[TokenChunk, None]
 """A generation's chunks. Closing the stream early (``aclose``) aborts the generation."""

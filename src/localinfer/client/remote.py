@@ -41,7 +41,17 @@ from localinfer.errors import (
     Unauthorized,
 )
 from localinfer.progress import ProgressEvent
-from localinfer.types import ChatRequest, FinishReason, ModelInfo, Timings, TokenChunk, Usage
+from localinfer.types import (
+    OLLAMA_FORMAT_NAMES,
+    ChatRequest,
+    FinishReason,
+    ModelInfo,
+    Timings,
+    TokenChunk,
+    Usage,
+)
+
+_FORMATS = {said: ours for ours, said in OLLAMA_FORMAT_NAMES.items()}  # Ollama's format names back to ours
 
 _TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 _STREAM_TIMEOUT = httpx.Timeout(None, connect=5.0)  # a model may load, or a pull stall, for minutes
@@ -123,6 +133,7 @@ class HttpClient:
                     loaded=loaded is not None,
                     created=_timestamp(tag.get("modified_at")),
                     context_length=loaded.get("context_length") if loaded is not None else None,
+                    format=_FORMATS.get(str(details.get("format")), "gguf"),
                 )
             )
         return sorted(models, key=lambda m: (not m.loaded, m.name))

@@ -76,7 +76,7 @@ class Engine:
         self._runners: dict[str, Runner] = {}
         self._loading: set[asyncio.Task[None]] = set()
 
-    def _load_spec(self, manifest: Manifest, ctx_size: int | None) -> LoadSpec:
+    def _load_spec(self, manifest: Manifest, ctx_size: int | None, *, explain: bool = True) -> LoadSpec:
         s = self._settings
         spec = LoadSpec(
             path=manifest.path,
@@ -107,8 +107,9 @@ class Engine:
         except LocalInferError as exc:
             log.warning("no plan for %s (%s): loading it as configured", manifest.name, exc.message)
             return spec
-        log.info("plan for %s: %s", manifest.name, "; ".join(chosen.reasons))
-        if not chosen.fits:
+        if explain:
+            log.info("plan for %s: %s", manifest.name, "; ".join(chosen.reasons))
+        if explain and not chosen.fits:
             log.warning("%s may not fit in memory: %s", manifest.name, chosen.reasons)
         return dataclasses.replace(
             spec,
@@ -121,9 +122,9 @@ class Engine:
         )
 
     def check_plan(self, manifest: Manifest) -> None:
-        """Plan ``manifest``'s load now (logging the plan), so that a model this machine cannot run fails before it
-        is served. Raises ModelLoadError."""
-        self._load_spec(manifest, None)
+        """Plan ``manifest``'s load now, so that a model this machine cannot run (vLLM's without its GPU) fails
+        before it is served; the plan is logged when the model loads. Raises ModelLoadError."""
+        self._load_spec(manifest, None, explain=False)
 
     def preload(self, manifest: Manifest, *, ctx_size: int | None = None) -> Runner:
         """Start loading ``manifest`` in the background (``health`` says ``loading`` until it is done), with a
@@ -226,6 +227,7 @@ class Engine:
             created=manifest.created,
             context_length=runner.backend.facts.n_ctx if loaded and runner is not None else trained_context(manifest),
             loading=runner is not None and not runner.ready.done(),
+            format=manifest.format,
         )
 
     def loaded(self) -> list[LoadedModel]:

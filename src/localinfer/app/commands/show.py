@@ -1,4 +1,5 @@
-"""``localinfer show MODEL``: what a model's GGUF file says about it, as text, as JSON, or its chat template."""
+"""``localinfer show MODEL``: what a model's GGUF file, or an ONNX or Hugging Face folder's config, says about it,
+as text, as JSON, or its chat template."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from typing import Any
 
 from localinfer.app.commands.render import row, section
+from localinfer.backends.folder_facts import FolderFacts, read_folder_facts
 from localinfer.config import Settings
 from localinfer.errors import LocalInferError
 from localinfer.models.gguf import GGUFInfo, read_chat_template, read_gguf_info
@@ -21,10 +23,10 @@ def add_parser(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "show",
         help="show a model's architecture, parameters, capabilities, license and files",
-        description="Show what a model's GGUF file says about it: architecture, parameters, capabilities, "
-        "license, source and files.",
+        description="Show what a model's GGUF file (or an ONNX or Hugging Face folder's config) says about it: "
+        "architecture, parameters, capabilities, license, source and files.",
     )
-    p.add_argument("model", help="a registered model name or the path of a .gguf file")
+    p.add_argument("model", help="a registered model name, the path of a .gguf file or of a model folder")
     output = p.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     output.add_argument("--template", action="store_true", help="print only the model's chat template")
@@ -34,17 +36,14 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Print the model's facts; exit status 0.
 
-    Raises ModelNotFound for a model that is neither registered nor a GGUF file, ModelLoadError for a file
-    that is corrupt or truncated, and LocalInferError for ``--template`` on a model without a chat template.
+    Raises ModelNotFound for a model that is neither registered nor a GGUF file or model folder, ModelLoadError
+    for a file that is corrupt or truncated or a folder whose config cannot be read, and LocalInferError for
+    ``--template`` on a model without a chat template.
     """
     manifest = _resolve(settings, args.model)
-    if manifest.format != "gguf":
-        raise LocalInferError(
-            f"{manifest.name} is an {manifest.format} model; show reads GGUF files",
-            hint=f"its files, config and chat template are in {manifest.path.parent}",
-        )
+    folder = read_folder_facts(manifest.path) if manifest.format != "gguf" else None
     if args.template:
-        template = read_chat_template(manifest.path)
+        template = read_chat_template(manifest.path) if folder is None else folder.chat_template
         if template is None:
             raise LocalInferError(
                 f"model '{manifest.name}' has no chat template",
@@ -52,31 +51,32 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             )
         print(template, end="" if template.endswith("\n") else "\n")
         return 0
-    info = read_gguf_info(manifest.path)
-    if args.json:
-        print(json.dumps(as_json(manifest, info), indent=2))
+    if folder is None:
+        info = read_gguf_info(manifest.path)
+        print(json.dumps(as_json(manifest, info), indent=2) if args.json else render(manifest, info))
     else:
-        print(render(manifest, info))
+        print(json.dumps(folder_as_json(manifest, folder), indent=2) if args.json else render_folder(manifest, folder))
     return 0
 
 
 def _resolve(settings: Settings, name: str) -> Manifest:
-    """The manifest of a model name (registered, or another tool's found on disk) or of a GGUF file path.
+    """The manifest of a model name (registered, or another tool's found on disk), a GGUF file or a model folder.
 
     Raises ModelNotFound.
     """
     return ModelLibrary.from_settings(settings).resolve(name)
 
 
-def capabilities(info: GGUFInfo) -> list[str]:
+def capabilities(info: GGUFInfo | FolderFacts) -> list[str]:
     """What the model can be asked to do: always ``completion`` and ``chat``, and ``insert`` when it has FIM."""
-    return ["completion", "chat", *(["insert"] if info.fim else [])]
+    return ["completion", "chat", *(["insert"] if isinstance(info, GGUFInfo) and info.fim else [])]
 
 
 def as_json(manifest: Manifest, info: GGUFInfo) -> dict[str, Any]:
     """The facts ``render`` shows, as raw values (None where the file does not state one)."""
     return {
         "name": manifest.name,
+        "format": manifest.format,
         "architecture": info.architecture,
         "parameters": info.parameters,
         "size_label": info.size_label,
@@ -94,7 +94,28 @@ def as_json(manifest: Manifest, info: GGUFInfo) -> dict[str, Any]:
         "license": info.license,
         "source": manifest.source,
         "split_count": info.split_count,
-        "files": [{"path": str(f.path), "size": f.size, "sha256": f.sha256} for f in manifest.files],
+        "files": _files_json(manifest),
+    }
+
+
+def folder_as_json(manifest: Manifest, facts: FolderFacts) -> dict[str, Any]:
+    """The facts ``render_folder`` shows, as raw values (None where the config does not state one)."""
+    return {
+        "name": manifest.name,
+        "format": manifest.format,
+        "architecture": facts.architecture,
+        "parameters": facts.parameters,
+        "quantization": manifest.quantization or facts.quantization,
+        "context_length": facts.context_length,
+        "embedding_length": facts.embedding_length,
+        "block_count": facts.block_count,
+        "head_count": facts.head_count,
+        "head_count_kv": facts.head_count_kv,
+        "vocab_size": facts.vocab_size,
+        "capabilities": capabilities(facts),
+        "has_chat_template": facts.has_chat_template,
+        "source": manifest.source,
+        "files": _files_json(manifest),
     }
 
 
@@ -102,6 +123,7 @@ def render(manifest: Manifest, info: GGUFInfo) -> str:
     """The facts as indented sections (Model, Capabilities, License, Source, Files); unknown facts are left out."""
     model: list[tuple[str, str | None]] = [
         ("name", manifest.name),
+        ("format", manifest.format),
         ("architecture", info.architecture),
         ("parameters", format_parameters(info.parameters) if info.parameters is not None else info.size_label),
         ("quantization", info.quantization or manifest.quantization),
@@ -114,15 +136,43 @@ def render(manifest: Manifest, info: GGUFInfo) -> str:
     caps: list[tuple[str, str | None]] = [("completion", None), ("chat", chat)]
     if info.fim:
         caps.append(("insert (FIM)", "fill-in-the-middle tokens"))
+    return _layout(manifest, model, caps, info.license or "not stated in the file")
+
+
+def render_folder(manifest: Manifest, facts: FolderFacts) -> str:
+    """A folder model's facts in ``render``'s sections, less License (configs do not state one)."""
+    model: list[tuple[str, str | None]] = [
+        ("name", manifest.name),
+        ("format", manifest.format),
+        ("architecture", facts.architecture),
+        ("parameters", format_parameters(facts.parameters) if facts.parameters is not None else None),
+        ("quantization", manifest.quantization or facts.quantization),
+        ("context length", _str_or_none(facts.context_length)),
+        ("embedding length", _str_or_none(facts.embedding_length)),
+        ("layers", _str_or_none(facts.block_count)),
+        ("attention heads", _heads(facts.head_count, facts.head_count_kv)),
+        ("vocabulary size", _str_or_none(facts.vocab_size)),
+    ]
+    chat = "the folder has a chat template" if facts.has_chat_template else _NO_TEMPLATE
+    return _layout(manifest, model, [("completion", None), ("chat", chat)], None)
+
+
+def _layout(
+    manifest: Manifest, model: list[tuple[str, str | None]], caps: list[tuple[str, str | None]], license: str | None
+) -> str:
     files = [f"{f.path}  {f.size / _MB:.1f} MB" for f in manifest.files]
     lines = [
         *section("Model", [row(label, value) for label, value in model if value is not None]),
         *section("Capabilities", [row(label, value) for label, value in caps]),
-        *section("License", [info.license or "not stated in the file"]),
+        *(section("License", [license]) if license is not None else []),
         *section("Source", [manifest.source]),
         *section("Files", files),
     ]
     return "\n".join(lines).rstrip("\n")
+
+
+def _files_json(manifest: Manifest) -> list[dict[str, Any]]:
+    return [{"path": str(f.path), "size": f.size, "sha256": f.sha256} for f in manifest.files]
 
 
 def format_parameters(count: int) -> str:

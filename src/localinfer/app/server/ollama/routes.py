@@ -3,7 +3,9 @@
 - ``GET /api/version``: ``{"version": "<localinfer version>"}``.
 - ``GET /api/tags``: every model the engine can serve, ``{"models": [{name, model, modified_at, size, digest,
   details}]}``. ``digest`` is the main file's sha256 when its name says it (a store blob ``sha256-<hex>``, a
-  Hugging Face cache blob, an Ollama blob), else ``""``.
+  Hugging Face cache blob, an Ollama blob), else ``""``. ``details`` come from a GGUF file's header or a folder's
+  config: ``format`` is ``gguf``, ``onnx`` or ``safetensors`` (a Hugging Face folder), ``family`` the
+  architecture, ``parameter_size`` ``""`` when unknown (ONNX folders).
 - ``GET /api/ps``: the loaded models, with ``expires_at`` (far ahead: localinfer keeps a model loaded until it
   is unloaded or the server stops), ``size_vram`` (the share of the weights on a GPU) and ``context_length``.
 - ``POST /api/pull {"model", "stream"}`` (or the legacy ``"name"``; ``insecure`` is ignored): the same progress
@@ -40,12 +42,13 @@ from localinfer import __version__
 from localinfer.app.server.auth import require_api_key
 from localinfer.app.server.errors import ollama_error_body, user_message
 from localinfer.app.server.ollama.wire import DeleteBody, PullBody, json_body
+from localinfer.backends.folder_facts import FolderFacts, cached_folder_facts
 from localinfer.client.base import LoadedModelStatus
 from localinfer.client.local import LocalClient
 from localinfer.errors import LocalInferError
 from localinfer.models.gguf import GGUFInfo, cached_gguf_info
 from localinfer.progress import ProgressEvent
-from localinfer.types import ModelInfo
+from localinfer.types import OLLAMA_FORMAT_NAMES, ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -163,66 +166,75 @@ def _tag(info: ModelInfo) -> dict[str, Any]:
         "modified_at": _rfc3339(datetime.fromtimestamp(info.created, timezone.utc)),
         "size": info.size_bytes,
         "digest": _digest(info.path),
-        "details": _details(info, _gguf(info.path)),
+        "details": _details(info, _facts(info)),
     }
 
 
 def _running(loaded: LoadedModelStatus, info: ModelInfo | None, expires_at: str) -> dict[str, Any]:
-    gguf = _gguf(info.path) if info is not None else None
+    facts = _facts(info) if info is not None else None
     size = loaded.size_bytes or (info.size_bytes if info is not None else 0)
     return {
         "name": loaded.name,
         "model": loaded.name,
         "size": size,
         "digest": _digest(info.path) if info is not None else "",
-        "details": _details(info, gguf),
+        "details": _details(info, facts),
         "expires_at": expires_at,
-        "size_vram": _size_vram(size, loaded.gpu_layers, gguf),
+        "size_vram": _size_vram(size, loaded.gpu_layers, facts),
         "context_length": loaded.context_length,
     }
 
 
-def _details(info: ModelInfo | None, gguf: GGUFInfo | None) -> dict[str, Any]:
+def _details(info: ModelInfo | None, facts: GGUFInfo | FolderFacts | None) -> dict[str, Any]:
     return {
         "parent_model": "",
-        "format": "gguf",
-        "family": gguf.architecture if gguf is not None else "",
+        "format": OLLAMA_FORMAT_NAMES.get(info.format, info.format) if info is not None else "",
+        "family": _family(facts),
         "families": None,
-        "parameter_size": _parameter_size(gguf),
+        "parameter_size": _parameter_size(facts),
         "quantization_level": (info.quantization if info is not None else None)
-        or (gguf.quantization if gguf is not None else None)
+        or (facts.quantization if facts is not None else None)
         or "",
     }
 
 
-def _parameter_size(gguf: GGUFInfo | None) -> str:
-    """``135M``, ``7.6B``: the file's size label, else its parameter count; ``""`` when neither is known."""
-    if gguf is None:
-        return ""
-    if gguf.size_label:
-        return gguf.size_label
-    if not gguf.parameters:
-        return ""
-    if gguf.parameters >= 1_000_000_000:
-        return f"{gguf.parameters / 1e9:.1f}B"
-    return f"{gguf.parameters / 1e6:.0f}M"
+def _family(facts: GGUFInfo | FolderFacts | None) -> str:
+    """The architecture as GGUF files name it (``llama``, ``qwen2``); ``""`` when unknown."""
+    if isinstance(facts, FolderFacts):
+        return facts.family or facts.architecture or ""
+    return facts.architecture if facts is not None else ""
 
 
-def _size_vram(size: int, gpu_layers: int, gguf: GGUFInfo | None) -> int:
+def _parameter_size(facts: GGUFInfo | FolderFacts | None) -> str:
+    """``135M``, ``7.6B``: a GGUF file's size label, else the parameter count; ``""`` when neither is known."""
+    if facts is None:
+        return ""
+    if isinstance(facts, GGUFInfo) and facts.size_label:
+        return facts.size_label
+    if not facts.parameters:
+        return ""
+    if facts.parameters >= 1_000_000_000:
+        return f"{facts.parameters / 1e9:.1f}B"
+    return f"{facts.parameters / 1e6:.0f}M"
+
+
+def _size_vram(size: int, gpu_layers: int, facts: GGUFInfo | FolderFacts | None) -> int:
     """The weights' share on a GPU: ``gpu_layers`` of the blocks plus the output layer."""
     if gpu_layers <= 0:
         return 0
-    layers = (gguf.block_count + 1) if gguf is not None and gguf.block_count else None
+    layers = (facts.block_count + 1) if facts is not None and facts.block_count else None
     if layers is None or gpu_layers >= layers:
         return size
     return size * gpu_layers // layers
 
 
-def _gguf(path: str) -> GGUFInfo | None:
-    if not path:
+def _facts(info: ModelInfo) -> GGUFInfo | FolderFacts | None:
+    """What the model's files say (a GGUF header, or a folder's config); None when they cannot be read."""
+    if not info.path:
         return None
+    model = Path(info.path)
     try:
-        return cached_gguf_info(Path(path))
+        return cached_gguf_info(model) if info.format == "gguf" else cached_folder_facts(model)
     except (LocalInferError, OSError):
         return None
 
