@@ -26,6 +26,7 @@ from localinfer.progress import ProgressEvent
 from tests.app.server.conftest import serving
 from tests.conftest import write_gguf
 from tests.gguf_split import split_gguf
+from tests.hf_folder import write_hf_folder
 from tests.hub_standin import HubStandIn
 
 BARTOWSKI = "bartowski/SmolLM2-135M-Instruct-GGUF"
@@ -33,7 +34,8 @@ THEBLOKE = "TheBloke/smollm2-135m-instruct-GGUF"
 VISION = "ggml-org/SmolVLM-256M-Instruct-GGUF"
 GATED = "meta-llama/Llama-Gated-GGUF"
 BROKEN = "someone/broken-GGUF"
-NO_GGUF = "HuggingFaceTB/SmolLM2-135M-Instruct"
+NO_GGUF = "someone/pytorch-only"
+SAFETENSORS = "Qwen/Tiny-Qwen2-Instruct"
 BIG = "someone/huge-GGUF"
 CORRUPT = "someone/corrupt-GGUF"
 SPLIT = "ggml-org/SmolLM2-135M-Instruct-split-GGUF"
@@ -70,7 +72,10 @@ def hub(tmp_path_factory: pytest.TempPathFactory, smollm2: Manifest) -> Iterator
         standin.add_repo(VISION, {"mmproj-SmolVLM-256M-Instruct-Q8_0.gguf": projector, "SmolVLM-256M-Q8_0.gguf": q8})
         standin.add_repo(GATED, {"Llama-Gated-Q8_0.gguf": q8}, gated=True)
         standin.add_repo(BROKEN, {"broken-Q4_K_M.gguf": truncated})
-        standin.add_repo(NO_GGUF, {"model.safetensors": b"\0" * 2048, "config.json": b"{}"})
+        standin.add_repo(NO_GGUF, {"pytorch_model.bin": b"\0" * 2048, "config.json": b"{}"})
+        folder = write_hf_folder(files / "tiny-qwen2")
+        extras: dict[str, Path | bytes] = {"README.md": b"# Tiny\n", "pytorch_model.bin": b"\0" * 4096}
+        standin.add_repo(SAFETENSORS, {p.name: p for p in folder.iterdir()} | extras | {"original/x.pth": b"\0"})
         standin.add_repo(BIG, {"huge-Q4_K_M.gguf": q8})
         standin.add_repo(CORRUPT, {"corrupt-Q2_K.gguf": q2})
         parts = split_gguf(smollm2.path, files / "split", SPLIT_STEM, 2)
@@ -124,6 +129,25 @@ def test_without_a_tag_the_q4_k_m_file_is_pulled_into_the_hf_cache_and_the_choic
     assert manifest.quantization == "Q4_1" and manifest.files[0].owned
     assert any("using SmolLM2-135M-Instruct-Q4_K_M.gguf" in s and "Q4_K_M" in s for s in events.statuses())
     assert store.get(BARTOWSKI) == manifest
+
+
+def test_a_repository_without_gguf_is_pulled_as_its_safetensors_model_into_one_snapshot_folder(
+    hub: HubStandIn, client: HubClient, store: ModelStore, settings: Settings, cache: Path
+) -> None:
+    events = Events()
+    manifest = pull(store, SAFETENSORS, settings, hub=client, progress=events)
+    assert (manifest.name, manifest.format, manifest.source) == (SAFETENSORS, "hf", f"hf:{SAFETENSORS}")
+    folder = manifest.path.parent
+    assert manifest.path.name == "config.json"
+    assert folder.parent == cache / "models--Qwen--Tiny-Qwen2-Instruct" / "snapshots"
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "tokenizer_config.json"]
+    assert hub.bytes_served(SAFETENSORS, "pytorch_model.bin") == 0  # what vLLM does not read stays on the Hub
+    assert all(f.owned for f in manifest.files)
+    weights = next(f for f in manifest.files if f.path.name == "model.safetensors")
+    assert weights.sha256 == sha256(weights.path)  # LFS files are verified against the Hub's sha256
+    assert manifest.quantization == "bfloat16"
+    assert any("using the safetensors model" in s for s in events.statuses())
+    assert ModelLibrary(store, None).resolve(SAFETENSORS) == manifest
 
 
 def test_without_a_tag_the_best_quantization_that_fits_the_machine_is_pulled(
@@ -234,6 +258,7 @@ def test_a_gated_repository_needs_a_token(
         (f"{BARTOWSKI}:Q6_K", f"{BARTOWSKI} has no Q6_K file"),
         (f"{BARTOWSKI}/missing-Q4_K_M.gguf", f"{BARTOWSKI} has no file missing-Q4_K_M.gguf"),
         (NO_GGUF, f"{NO_GGUF} has no GGUF model file"),
+        (f"{SAFETENSORS}:Q4_K_M", f"{SAFETENSORS} has no GGUF model file"),
     ],
 )
 def test_what_cannot_be_pulled_is_one_clear_error_and_the_store_is_unchanged(

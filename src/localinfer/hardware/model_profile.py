@@ -72,6 +72,7 @@ def from_path(path: Path, name: str | None = None) -> ModelProfile:
         n_layers=facts.block_count,
         context_train=facts.context_length,
         kv_bytes_per_token=_kv_bytes(facts.block_count, facts.head_count_kv, facts.head_length, facts.head_length),
+        quantization=facts.quantization,
     )
 
 

@@ -17,6 +17,7 @@ from localinfer.errors import HubUnreachable, LocalInferError, ModelNotFound, Pu
 from localinfer.hardware.model_profile import from_path
 from localinfer.models.files import FileGroup, choose_files, group_model_files, split_part
 from localinfer.models.gguf import read_gguf_info
+from localinfer.models.hf_repo import hf_model_paths, pull_hf_folder
 from localinfer.models.hub import FetchedFile, HubClient, RepoListing
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pypi import pull_pypi
@@ -96,6 +97,9 @@ def pull_hub(
     """Pull ``ref`` into the Hugging Face cache and register it as ``name``. See ``pull`` for what it raises."""
     progress(ProgressEvent(f"pulling manifest of {ref.repo_id}"))
     listing = hub.list_repo(ref.repo_id, ref.revision)
+    paths = [f.path for f in listing.files]
+    if ref.filename is None and ref.tag is None and not group_model_files(paths) and hf_model_paths(paths):
+        return pull_hf_folder(store, hub, ref, listing, name=name, progress=progress, model_files=_model_files)
     group, reason = _choose(listing, ref, fits)
     by_path = {f.path: f for f in listing.files}
     remote = [by_path[path] for path in group.paths]
@@ -150,9 +154,12 @@ def _choose(listing: RepoListing, ref: HubRef, fits: Callable[[int], bool] | Non
         choice_group = group
     else:
         if not groups:
+            has_folder = bool(hf_model_paths(f.path for f in listing.files))
             raise PullError(
                 f"{ref.repo_id} has no GGUF model file",
-                hint="localinfer runs GGUF models: look for a repository named like the model with -GGUF",
+                hint=f"pull {ref.repo_id} without a tag for its safetensors model"
+                if has_folder
+                else "look for a repository named like the model with -GGUF",
             )
         choice = choose_files(groups, ref.tag, sizes={f.path: f.size for f in listing.files}, fits=fits)
         if choice is None:
