@@ -72,6 +72,12 @@ def resolve_source(models: ModelSource, ref: str) -> Source:
         ) from exc
     if manifest.format == "onnx":
         raise ConvertError(f"{manifest.name} is already an ONNX model", hint="serve it: localinfer serve " + ref)
+    if not manifest.files_present():
+        raise ConvertError(
+            f"the files of {manifest.name} are missing or changed: {manifest.path}", hint="pull it again"
+        )
+    if manifest.format == "hf":
+        return Source(manifest.name, "hf", manifest.path.parent, manifest.source)
     if manifest.format != "gguf":
         raise ConvertError(f"{manifest.name} is a {manifest.format} model", hint="convert its GGUF or HF folder")
     if len(manifest.files) > 1:
@@ -79,8 +85,6 @@ def resolve_source(models: ModelSource, ref: str) -> Source:
             f"{manifest.name} is split into {len(manifest.files)} GGUF files; the converter reads one",
             hint="merge the parts first (llama-gguf-split --merge)",
         )
-    if not manifest.files_present():
-        raise ConvertError(f"the file of {manifest.name} is missing: {manifest.path}", hint="pull it again")
     return Source(manifest.name, "gguf", manifest.path, manifest.source, manifest.files[0].sha256)
 
 

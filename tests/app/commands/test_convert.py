@@ -15,10 +15,12 @@ import psutil
 import pytest
 
 from localinfer.app.commands.pull import format_event
-from localinfer.models.store import Manifest, ModelStore
+from localinfer.models.store import Manifest, ModelStore, hf_manifest
 from localinfer.progress import ProgressEvent
 from localinfer.quantize import builder
+from localinfer.quantize.convert import resolve_source
 from tests.conftest import MakeGGUF
+from tests.hf_folder import write_hf_folder
 from tests.onnx_model import cli_env, output_log
 
 
@@ -115,6 +117,14 @@ def test_a_folder_that_is_not_a_model_is_one_line_with_a_hint(tmp_path: Path) ->
     done = convert(tmp_path / "home", str(tmp_path / "empty"), "--to", "onnx")
     assert_one_line_error(done, "is not a Hugging Face model folder")
     assert_nothing_written(tmp_path / "home")
+
+
+def test_a_registered_hugging_face_model_is_converted_from_its_folder(tmp_path: Path) -> None:
+    folder = write_hf_folder(tmp_path / "tiny-qwen2")
+    store = ModelStore(tmp_path / "models")
+    store.register(hf_manifest(folder, name="org/tiny", source="hf:org/tiny"))
+    source = resolve_source(store, "org/tiny")
+    assert (source.name, source.kind, source.path, source.origin) == ("org/tiny", "hf", folder.resolve(), "hf:org/tiny")
 
 
 def test_a_precision_the_target_cannot_run_is_refused_first(tmp_path: Path) -> None:
