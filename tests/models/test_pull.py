@@ -9,6 +9,7 @@ from unittest.mock import patch
 
 import pytest
 
+from localinfer.app.commands.ls import render_table
 from localinfer.config import STARTER_MODEL, Settings
 from localinfer.errors import HubUnreachable, ModelNotFound, PullError
 from localinfer.models.catalog import CATALOG, CatalogEntry
@@ -106,6 +107,7 @@ def test_a_hugging_face_folder_is_registered_in_place(store: ModelStore, setting
     manifest = pull(store, str(folder), settings)
     assert (manifest.name, manifest.format, manifest.source) == ("Tiny-Qwen2", "hf", f"file:{folder.resolve()}")
     assert manifest.path == folder.resolve() / "config.json"
+    assert manifest.quantization == "bfloat16"  # its config's torch_dtype
     assert {f.path.name for f in manifest.files} == {p.name for p in folder.iterdir()}
     assert not any(f.owned for f in manifest.files)  # rm never deletes a folder used in place
     assert store.get("Tiny-Qwen2") == manifest
@@ -158,3 +160,10 @@ def test_ensure_model_raises_model_not_found_for_another_missing_name(store: Mod
 def test_ensure_model_uses_a_gguf_path_in_place(store: ModelStore, settings: Settings, make_gguf: MakeGGUF) -> None:
     path = make_gguf()
     assert ensure_model(ModelLibrary(store, None), str(path), settings).path == path.resolve()
+
+
+def test_ls_shows_a_registered_folder_as_the_folder(store: ModelStore, settings: Settings, tmp_path: Path) -> None:
+    folder = write_hf_folder(tmp_path / "Tiny-Qwen2")
+    manifest = pull(store, str(folder), settings)
+    _header, row = render_table([manifest]).splitlines()
+    assert row.split() == ["Tiny-Qwen2", f"{manifest.size / 1e6:.1f}", "MB", "bfloat16", "file", str(folder.resolve())]

@@ -7,6 +7,7 @@ present, verified and a valid GGUF; a failed pull leaves the store as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -268,11 +269,13 @@ def _register_folder(store: ModelStore, folder: Path, *, name: str, progress: Pr
         )
     progress(ProgressEvent("verifying"))
     try:
-        from_path(folder, name)  # its config must be readable now, not when it is first served
+        profile = from_path(folder, name)  # its config must be readable now, not when it is first served
     except LocalInferError as exc:
         raise PullError(exc.message, hint=exc.hint) from exc
     except (OSError, ValueError, LookupError, TypeError) as exc:
         raise PullError(f"the config in {folder} cannot be read: {exc}", hint="check the folder's JSON files") from exc
+    if manifest.quantization is None and profile.quantization is not None:
+        manifest = dataclasses.replace(manifest, quantization=profile.quantization)
     store.register(manifest)
     progress(ProgressEvent("success", total=manifest.size, completed=manifest.size))
     return manifest

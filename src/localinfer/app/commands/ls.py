@@ -61,9 +61,10 @@ def render_table(manifests: list[Manifest]) -> str:
         return "no models yet: run 'localinfer pull smollm2' to get one"
     rows = [("NAME", "SIZE", "QUANT", "FROM", "PATH")]
     for m in manifests:
-        shown = m.path.parent if m.format == "onnx" else m.path  # an ONNX model is its folder
+        folder = m.format in ("onnx", "hf")
+        shown = m.path.parent if folder else m.path  # an ONNX or Hugging Face model is its folder
         path = str(shown) if m.files_present() else f"{shown} {MISSING}"
-        if len(m.files) > 1 and m.format != "onnx":
+        if len(m.files) > 1 and not folder:
             path += f" (+{len(m.files) - 1} parts)"
         rows.append((m.name, f"{m.size / _MB:.1f} MB", m.quantization or "-", origin(m), path))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
