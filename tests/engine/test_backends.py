@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.onnx.backend import OnnxBackend
 from localinfer.backends.vllm.backend import VllmBackend
@@ -17,36 +16,8 @@ from localinfer.engine.backends import DEFAULT_BACKENDS, backend_for
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelLoadError
 from localinfer.models.store import Manifest, ModelFile, ModelStore, hf_manifest
-from localinfer.types import GenerationRequest, TokenStream
 from tests.hardware.profiles import HARDWARE
-
-
-class Recording(Backend):
-    """A backend that loads instantly and remembers what it was given."""
-
-    name = "recording"
-    capabilities = Capabilities(formats=("gguf", "onnx"))
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.spec: LoadSpec | None = None
-
-    async def load(self, spec: LoadSpec) -> None:
-        self.spec = spec
-
-    @property
-    def facts(self) -> ModelFacts:
-        return ModelFacts(512, 512, None, "", "", False, True, self.label, 0)
-
-    async def generate(self, request: GenerationRequest) -> TokenStream:
-        raise AssertionError("not used")
-        yield  # pragma: no cover
-
-    async def unload(self) -> None:
-        return None
-
-    def slot_usage(self) -> SlotUsage:
-        return SlotUsage()
+from tests.idle_backend import IdleBackend
 
 
 def manifest(name: str, fmt: str, path: Path) -> Manifest:
@@ -70,7 +41,7 @@ async def test_a_folder_model_is_planned_for_vllm_with_its_name_and_the_engine_a
     (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "max_position_embeddings": 32768}))
     (folder / "model.safetensors").write_bytes(b"\0" * 64)
     settings = Settings(home=tmp_path, discover=False, engine_args=["--enforce-eager"])
-    backend = Recording("hf")
+    backend = IdleBackend("hf")
     h100 = HARDWARE["H100 80 GB with vLLM"]
     engine = Engine(settings, ModelStore(settings.models_dir), {"hf": lambda: backend}, hardware=h100)
     await engine.preload(hf_manifest(folder, name="org/tiny")).ready
@@ -87,7 +58,7 @@ async def test_a_folder_model_this_machine_cannot_run_fails_to_load_with_the_pla
     (folder / "model.safetensors").write_bytes(b"\0" * 64)
     settings = Settings(home=tmp_path, discover=False)
     laptop = HARDWARE["laptop without GPU"]
-    engine = Engine(settings, ModelStore(settings.models_dir), {"hf": lambda: Recording("hf")}, hardware=laptop)
+    engine = Engine(settings, ModelStore(settings.models_dir), {"hf": lambda: IdleBackend("hf")}, hardware=laptop)
     with pytest.raises(ModelLoadError, match="needs vLLM, which needs an NVIDIA GPU"):
         await engine.preload(hf_manifest(folder)).ready
 
@@ -95,7 +66,7 @@ async def test_a_folder_model_this_machine_cannot_run_fails_to_load_with_the_pla
 async def test_the_engine_picks_each_models_backend_by_its_format(tmp_path: Path) -> None:
     gguf, onnx = manifest("g", "gguf", tmp_path / "g.gguf"), manifest("o", "onnx", tmp_path / "o" / "genai_config.json")
     settings = Settings(home=tmp_path, discover=False)
-    table = {"gguf": lambda: Recording("gguf"), "onnx": lambda: Recording("onnx")}
+    table = {"gguf": lambda: IdleBackend("gguf"), "onnx": lambda: IdleBackend("onnx")}
     engine = Engine(settings, ModelStore(settings.models_dir), table)
     for m in (gguf, onnx):
         await engine.preload(m).ready
@@ -105,7 +76,7 @@ async def test_the_engine_picks_each_models_backend_by_its_format(tmp_path: Path
 
 async def test_one_factory_still_serves_every_format(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path, discover=False)
-    engine = Engine(settings, ModelStore(settings.models_dir), lambda: Recording("any"))
+    engine = Engine(settings, ModelStore(settings.models_dir), lambda: IdleBackend("any"))
     await engine.preload(manifest("o", "onnx", tmp_path / "o" / "genai_config.json")).ready
     assert [m.facts.architecture for m in engine.loaded()] == ["any"]
     await engine.close()

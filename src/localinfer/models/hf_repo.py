@@ -86,9 +86,7 @@ def pull_hf_folder(
     try:
         profile = from_path(folder, name)
     except LocalInferError as exc:
-        for done in fetched:
-            if done.downloaded:
-                hub.discard(done)
+        hub.discard_downloaded(fetched)
         raise PullError(
             f"{ref.repo_id} is not a usable model: {exc.message}", hint="the repository's config is broken"
         ) from exc

@@ -21,7 +21,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,6 +210,12 @@ class HubClient:
                 downloaded = True
             _link(pointer, blob)
         return FetchedFile(pointer, file.size, file.sha256, downloaded)
+
+    def discard_downloaded(self, fetched: Iterable[FetchedFile]) -> None:
+        """Delete the files of ``fetched`` this client downloaded (of a model found broken); keep the others."""
+        for file in fetched:
+            if file.downloaded:
+                self.discard(file)
 
     def discard(self, fetched: FetchedFile) -> None:
         """Delete a file this client just downloaded: its snapshot link and its blob."""

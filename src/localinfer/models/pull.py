@@ -114,9 +114,7 @@ def pull_hub(
     try:
         info = read_gguf_info(fetched[0].path)
     except LocalInferError as exc:
-        for f in fetched:
-            if f.downloaded:
-                hub.discard(f)
+        hub.discard_downloaded(fetched)
         raise PullError(
             f"{group.main} from {ref.repo_id} is not a usable GGUF model: {exc.message}",
             hint="the repository's file is broken; try another quantization of it",

@@ -324,16 +324,7 @@ def onnx_manifest(
     """A manifest for an onnxruntime-genai model folder: every file in it, ``genai_config.json`` first (the path a
     backend is given). ``owned`` files (a converted model's) are deleted with the model; a folder used in place
     (named after itself, source ``file:<folder>``) is never touched."""
-    folder = folder.expanduser().resolve()
-    files = sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: (f.name != ONNX_CONFIG, f.name))
-    return Manifest(
-        name=name or folder.name,
-        source=source or f"file:{folder}",
-        format="onnx",
-        files=tuple(ModelFile(path=f, size=f.stat().st_size, sha256=None, owned=owned) for f in files),
-        quantization=quantization,
-        created=int((folder / ONNX_CONFIG).stat().st_mtime),
-    )
+    return _folder_manifest(folder, ONNX_CONFIG, "onnx", name, source, quantization, owned)
 
 
 def is_hf_folder(path: Path) -> bool:
@@ -345,15 +336,23 @@ def hf_manifest(folder: Path, *, name: str | None = None, source: str | None = N
     """A manifest for a Hugging Face (safetensors) model folder used in place, which vLLM serves: the files at its
     top level, ``config.json`` first (so ``path`` is the config and ``path.parent`` the folder). Its files are
     never deleted by localinfer."""
+    return _folder_manifest(folder, HF_CONFIG, "hf", name, source, None, owned=False)
+
+
+def _folder_manifest(
+    folder: Path, config: str, fmt: str, name: str | None, source: str | None, quantization: str | None, owned: bool
+) -> Manifest:
+    """Every file at the top of ``folder``, ``config`` first; named after the folder, from ``file:<folder>``,
+    unless told otherwise."""
     folder = folder.expanduser().resolve()
-    files = sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: (f.name != HF_CONFIG, f.name))
+    files = sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: (f.name != config, f.name))
     return Manifest(
         name=name or folder.name,
         source=source or f"file:{folder}",
-        format="hf",
-        files=tuple(ModelFile(path=f, size=f.stat().st_size, sha256=None) for f in files),
-        quantization=None,
-        created=int((folder / HF_CONFIG).stat().st_mtime),
+        format=fmt,
+        files=tuple(ModelFile(path=f, size=f.stat().st_size, sha256=None, owned=owned) for f in files),
+        quantization=quantization,
+        created=int((folder / config).stat().st_mtime),
     )
 
 

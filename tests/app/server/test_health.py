@@ -12,36 +12,20 @@ from pathlib import Path
 import httpx
 
 from localinfer.app.server.app import create_app
-from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
+from localinfer.backends.base import LoadSpec
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.models.store import ModelStore, local_manifest
-from localinfer.types import GenerationRequest, TokenStream
+from tests.idle_backend import IdleBackend
 
 
-class SlowLoadingBackend(Backend):
-    name = "slow"
-    capabilities = Capabilities(formats=("gguf",))
-
+class SlowLoadingBackend(IdleBackend):
     def __init__(self, release: asyncio.Event) -> None:
+        super().__init__()
         self._release = release
 
     async def load(self, spec: LoadSpec) -> None:
         await self._release.wait()
-
-    @property
-    def facts(self) -> ModelFacts:
-        return ModelFacts(2048, 2048, None, "", "", False, False, "test", 0)
-
-    async def generate(self, request: GenerationRequest) -> TokenStream:
-        raise AssertionError("not used")
-        yield  # pragma: no cover
-
-    async def unload(self) -> None:
-        return None
-
-    def slot_usage(self) -> SlotUsage:
-        return SlotUsage()
 
 
 def test_health_is_503_while_the_model_loads_and_200_once_ready(tmp_path: Path) -> None:

@@ -16,41 +16,16 @@ import ollama
 import pytest
 
 from localinfer.app.server.app import create_app
-from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.models.library import ModelLibrary
 from localinfer.models.store import Manifest, ModelStore, hf_manifest, local_manifest
-from localinfer.types import GenerationRequest, TokenStream
 from tests.conftest import MakeGGUF
 from tests.hf_folder import write_hf_folder
+from tests.idle_backend import IdleBackend
 
 GPU_LAYERS = 1  # what the stand-in says it offloaded
-
-
-class StandIn(Backend):
-    """Loads instantly, offloading ``GPU_LAYERS`` layers; never generates."""
-
-    name = "stand-in"
-    capabilities = Capabilities(formats=("gguf", "onnx", "hf"))
-
-    async def load(self, spec: LoadSpec) -> None:
-        return None
-
-    @property
-    def facts(self) -> ModelFacts:
-        return ModelFacts(1024, 1024, None, "", "", False, False, "stand-in", 0, gpu_layers=GPU_LAYERS)
-
-    async def generate(self, request: GenerationRequest) -> TokenStream:
-        raise AssertionError("not used")
-        yield  # pragma: no cover
-
-    async def unload(self) -> None:
-        return None
-
-    def slot_usage(self) -> SlotUsage:
-        return SlotUsage()
 
 
 @pytest.fixture
@@ -58,7 +33,7 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[ollama.AsyncClient, Engi
     """An in-process app over an engine with the stand-in backend and an empty store (discovery off)."""
     settings = Settings(home=tmp_path / "home", discover=False)
     library = ModelLibrary(ModelStore(settings.models_dir), None)
-    engine = Engine(settings, library, StandIn)
+    engine = Engine(settings, library, lambda: IdleBackend(gpu_layers=GPU_LAYERS))
     app = create_app(engine, client=LocalClient(engine, library, settings))
     client = ollama.AsyncClient(host="http://test", transport=httpx.ASGITransport(app=app))
     try:
