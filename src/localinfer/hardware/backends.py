@@ -82,7 +82,9 @@ def vllm_availability(system: OS, gpus: Sequence[GPUInfo]) -> BackendAvailabilit
     """vLLM, looked up without importing it (a heavy import): it needs Linux and an NVIDIA GPU of compute
     capability 7.0 or more. Whether a model is worth running on it is the planner's call."""
     if not is_installed("vllm"):
-        return BackendAvailability("vllm", False, "vllm is not installed (pip install vllm, on Linux with a CUDA GPU)")
+        return BackendAvailability(
+            "vllm", False, "vllm is not installed (pip install 'localinfer[vllm]', on Linux with a CUDA GPU)"
+        )
     version = installed_version("vllm")
     label = f"vllm {version}" if version else "vllm"
     if system != "linux":

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from localinfer.backends.base import LoadSpec
-from localinfer.backends.vllm.backend import VllmBackend, vllm_available
+from localinfer.backends.vllm.backend import VllmBackend
 from localinfer.backends.vllm.completions import completion_body, error_for
 from localinfer.backends.vllm.facts import DEFAULT_CONTEXT, model_facts
 from localinfer.errors import GenerationFailed, InvalidRequest, ModelLoadError, ModelNotReady
@@ -31,18 +29,6 @@ from tests.backends.vllm.conftest import (
 def request(prompt: str, max_tokens: int | None, **options: object) -> GenerationRequest:
     sampling = SamplingParams(temperature=0, seed=1)
     return GenerationRequest("r1", prompt, GenerationOptions(sampling=sampling, max_tokens=max_tokens, **options))  # type: ignore[arg-type]
-
-
-def test_vllm_is_unavailable_with_a_reason_when_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    available, reason = vllm_available()
-    assert not available
-    assert "pip install 'localinfer[vllm]'" in reason
-
-
-def test_vllm_is_available_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: SimpleNamespace(origin="/site/vllm/__init__.py"))
-    assert vllm_available() == (True, "vLLM is installed (/site/vllm/__init__.py)")
 
 
 def test_a_request_becomes_a_streamed_completion_in_vllm_terms() -> None:

@@ -8,7 +8,6 @@ engine) through a streamed ``/v1/completions`` call.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import tempfile
@@ -27,17 +26,6 @@ from localinfer.types import GenerationRequest, TokenStream
 
 READY_TIMEOUT = 1200.0  # seconds: a large model, read from disk and compiled, can take many minutes
 JSON_HEADERS = [("content-type", "application/json")]
-
-
-def vllm_available() -> tuple[bool, str]:
-    """Whether vLLM is installed in this environment, and why not. Never imports vLLM and never raises."""
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:
-        return False, "vLLM is not installed: pip install 'localinfer[vllm]' (Linux with an NVIDIA GPU)"
-    return True, f"vLLM is installed ({spec.origin or 'namespace package'})"
 
 
 class VllmBackend(Backend):
