@@ -93,13 +93,11 @@ def parse_probe_output(stdout: str) -> dict[str, Any] | None:
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
-    try:
+    with contextlib.suppress(OSError):  # already gone
         if os.name == "posix":
             os.killpg(proc.pid, signal.SIGKILL)
         else:
             proc.kill()
-    except OSError:
-        pass
     with contextlib.suppress(subprocess.TimeoutExpired):  # a grandchild outside the group may hold the pipes
         proc.communicate(timeout=2)
 

@@ -8,6 +8,7 @@ engine) through a streamed ``/v1/completions`` call.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -140,10 +141,8 @@ class VllmBackend(Backend):
 async def _model_card(proxy: EngineProxy) -> dict[str, Any]:
     answer = await proxy.forward("GET", "/v1/models", [], b"")
     body = await answer.read()
-    try:
+    with contextlib.suppress(ValueError, LookupError, TypeError):  # not the card: said below
         card = json.loads(body)["data"][0]
         if answer.status == 200 and isinstance(card, dict) and "id" in card:
             return card
-    except (ValueError, LookupError, TypeError):
-        pass
     raise ModelLoadError(f"the engine's /v1/models answered {answer.status}: {body[:300]!r}")

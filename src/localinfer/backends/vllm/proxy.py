@@ -42,7 +42,7 @@ class EngineStreamBroken(Exception):
 
 
 class _EngineExited(Exception):
-    pass
+    """The engine's process exited while a request to it was waiting."""
 
 
 @dataclass(frozen=True)
