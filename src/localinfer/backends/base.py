@@ -31,7 +31,7 @@ class LoadSpec:
     threads: int = 0
     batch_size: int = 512
     parallel: int = 0
-    max_queue: int = 64
+    max_queue: int = 512
     gpu_layers: int = 0
     provider: str | None = None  # the ONNX Runtime execution provider (CUDAExecutionProvider...); None: the CPU
     extra_args: tuple[str, ...] = ()  # passed as-is to an engine run as a process (vLLM: --tensor-parallel-size 2)

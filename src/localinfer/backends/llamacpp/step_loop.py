@@ -11,7 +11,6 @@ longest prefix with its prompt, and only the rest of the prompt is computed.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 
@@ -19,9 +18,10 @@ import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.base import SlotUsage
 from localinfer.backends.llamacpp import checkpoints
+from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.model import LlamaModel
-from localinfer.errors import GenerationFailed, QueueFull
+from localinfer.errors import GenerationFailed
 from localinfer.types import FinishReason
 
 log = logging.getLogger(__name__)
@@ -30,27 +30,18 @@ log = logging.getLogger(__name__)
 # streams keep flowing (a 512-token chunk takes seconds on a small CPU).
 PREFILL_CHUNK_WHILE_GENERATING = 128
 
-# Waking from idle, the loop gathers requests that arrive within GATHER_GAP of each other, for GATHER_MAX at most.
-GATHER_GAP = 0.005
-GATHER_MAX = 0.02
-
 
 class StepLoop:
     def __init__(self, model: LlamaModel, *, max_queue: int) -> None:
         self._model = model
-        self._max_queue = max_queue
-        self._queued = 0  # submitted and not yet in a slot (or dropped); guarded by _queued_lock
-        self._queued_lock = threading.Lock()
         self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
-        self._incoming: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self._waiting: list[Job] = []
+        self._queue = JobQueue(self._slots, max_queue=max_queue)
         self._capacity = max(model.n_batch, model.n_seq_max)
         self._batch = lc.llama_batch_init(self._capacity, 0, 1)
         assert model.ctx is not None, "the step loop needs a loaded model"
         self._ctx: lc.llama_context_p = model.ctx
         self._memory = lc.llama_get_memory(self._ctx)
         self._n_swa = model.n_swa
-        self._stopping = False
         self.outbox = Outbox()
         self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
 
@@ -58,27 +49,13 @@ class StepLoop:
         self._thread.start()
 
     def submit(self, job: Job) -> None:
-        """Hand ``job`` to the loop. Raises QueueFull, and frees the job, when every slot is busy and
-        ``max_queue`` jobs already wait; called from the requester's thread."""
-        with self._queued_lock:
-            if self._queued >= self._max_queue + self.idle_slots():
-                waiting = self._queued
-                job.close()
-                raise QueueFull(
-                    f"all {self.n_slots} slots are busy and {waiting} requests are waiting",
-                    hint="retry shortly, or start the server with more --parallel slots or a larger --max-queue",
-                )
-            self._queued += 1
-        self._incoming.put(job)
-
-    def _dequeued(self) -> None:
-        with self._queued_lock:
-            self._queued -= 1
+        """Hand ``job`` to the loop; called from the requester's thread. Raises QueueFull, and frees the job,
+        when every slot is busy and ``max_queue`` jobs already wait; ModelNotReady once the loop has stopped."""
+        self._queue.submit(job)
 
     def stop(self) -> None:
         """Fail every job in flight, end the thread and free the batch. The model is freed by the caller."""
-        self._stopping = True
-        self._incoming.put(None)
+        self._queue.stop()
         self._thread.join()
         lc.llama_batch_free(self._batch)
 
@@ -87,77 +64,32 @@ class StepLoop:
         return len(self._slots)
 
     def busy_slots(self) -> int:
-        return sum(1 for slot in self._slots if not slot.idle)
+        return self.n_slots - self._queue.idle_slots()
 
     def idle_slots(self) -> int:
-        return self.n_slots - self.busy_slots()
+        return self._queue.idle_slots()
 
     def usage(self) -> SlotUsage:
-        busy = self.busy_slots()
-        return SlotUsage(processing=busy, idle=self.n_slots - busy, waiting=self._queued)
+        idle = self._queue.idle_slots()
+        return SlotUsage(processing=self.n_slots - idle, idle=idle, waiting=self._queue.waiting)
 
     # --- the thread -------------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        error = GenerationFailed("the model was unloaded while generating")
         try:
-            while not self._stopping:
-                self._take_incoming(block=all(slot.idle for slot in self._slots))
-                self._drop_cancelled()
-                self._assign_waiting()
-                if any(not slot.idle for slot in self._slots):
+            while self._queue.collect():
+                self._queue.dispatch(self._start, self._release)
+                if self.busy_slots():
                     self._step()
                 self.outbox.flush()
         except Exception as exc:  # a bug here must not leave requesters waiting forever
             log.exception("the inference loop stopped")
-            self._fail_all(GenerationFailed(f"the inference loop stopped: {exc}"))
+            error = GenerationFailed(f"the inference loop stopped: {exc}")
             raise
         finally:
+            self._fail_all(error)
             self.outbox.flush()
-        self._fail_all(GenerationFailed("the model was unloaded while generating"))
-        self.outbox.flush()
-
-    def _take_incoming(self, *, block: bool) -> None:
-        """Move submitted jobs to the waiting list.
-
-        Waking from idle, keep taking jobs while they arrive within ``GATHER_GAP`` of each other (at most
-        ``GATHER_MAX`` in all): clients that start together are then prefilled in one batch instead of queueing
-        behind the first one's prompt, and a lone request waits only one gap.
-        """
-        try:
-            item = self._incoming.get(block=block)
-        except queue.Empty:
-            return
-        deadline = time.perf_counter() + GATHER_MAX
-        while True:
-            if item is None:
-                self._stopping = True
-            else:
-                self._waiting.append(item)
-            wait = min(GATHER_GAP, deadline - time.perf_counter()) if block else 0.0
-            try:
-                item = self._incoming.get(timeout=wait) if wait > 0 else self._incoming.get_nowait()
-            except queue.Empty:
-                return
-
-    def _drop_cancelled(self) -> None:
-        for job in [job for job in self._waiting if job.cancelled]:
-            self._waiting.remove(job)
-            self._dequeued()
-            job.close()
-        for slot in self._slots:
-            if slot.job is not None and slot.job.cancelled:
-                log.debug("request %s cancelled", slot.job.request_id)
-                self._release(slot)
-
-    def _assign_waiting(self) -> None:
-        while self._waiting:
-            free = [slot for slot in self._slots if slot.idle]
-            if not free:
-                return
-            job = self._waiting.pop(0)
-            self._dequeued()
-            slot = max(free, key=lambda s: (common_prefix(s.cached, job.prompt), -len(s.cached)))
-            self._start(slot, job)
 
     def _start(self, slot: Slot, job: Job) -> None:
         """Reuse the longest cached prefix of the prompt (unless the request opted out); at least the last prompt
@@ -294,11 +226,7 @@ class StepLoop:
             self._clear(slot)
 
     def _fail_all(self, error: GenerationFailed) -> None:
-        for job in self._waiting:
-            self._dequeued()
-            job.fail(error)
-            job.close()
-        self._waiting = []
+        self._queue.close(error)
         for slot in self._slots:
             if slot.job is not None:
                 slot.job.fail(error)

@@ -1,0 +1,140 @@
+"""Who waits and who runs: the one place that hands free slots to waiting jobs.
+
+Requesters ``submit`` jobs from any thread; everything else runs on the inference thread, once per turn of the
+step loop: ``collect`` takes what arrived (sleeping only when no slot is busy and no job waits, so a job can never
+be left waiting by a sleeping loop), then ``dispatch`` drops cancelled jobs and gives every free slot to the job
+that has waited longest. Because ``dispatch`` runs after every step, whatever finished, was cancelled or arrived in
+between, a slot never idles while a job waits.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from localinfer.backends.llamacpp.job import Job, Slot, common_prefix
+from localinfer.errors import GenerationFailed, ModelNotReady, QueueFull
+
+# Waking from idle, the loop gathers requests that arrive within GATHER_GAP of each other, for GATHER_MAX at most,
+# so that clients that start together are prefilled in one batch instead of queueing behind the first one's prompt.
+GATHER_GAP = 0.005
+GATHER_MAX = 0.02
+
+Start = Callable[[Slot, Job], None]
+Release = Callable[[Slot], None]
+
+
+class JobQueue:
+    """A bounded queue of jobs in front of ``slots``: at most ``max_queue`` wait while every slot is busy."""
+
+    def __init__(self, slots: Sequence[Slot], *, max_queue: int) -> None:
+        self._slots = slots
+        self._max_queue = max_queue
+        self._incoming: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._waiting: deque[Job] = deque()
+        self._lock = threading.Lock()
+        self._pending = 0  # submitted and neither in a slot nor dropped; guarded by _lock
+        self._closed = False  # no more submissions: the loop has ended; guarded by _lock
+        self._stopping = False
+
+    # --- any thread ---------------------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``. Raises QueueFull, and closes the job, when every slot is busy and ``max_queue`` jobs
+        already wait, and ModelNotReady once the loop has ended."""
+        with self._lock:
+            if self._closed:
+                job.close()
+                raise ModelNotReady("the model was unloaded", hint="retry: it is loaded again on the next request")
+            if self._pending >= self._max_queue + self.idle_slots():
+                waiting = self._pending
+                job.close()
+                raise QueueFull(
+                    f"all {len(self._slots)} slots are busy and {waiting} requests are waiting",
+                    hint="retry shortly, or start the server with more --parallel slots or a larger --max-queue",
+                )
+            self._pending += 1
+        self._incoming.put(job)
+
+    def stop(self) -> None:
+        """Wake the loop and make ``collect`` return False."""
+        self._incoming.put(None)
+
+    def idle_slots(self) -> int:
+        return sum(1 for slot in self._slots if slot.idle)
+
+    @property
+    def waiting(self) -> int:
+        """Jobs submitted and not yet given a slot (cancelled ones until the next ``dispatch`` drops them)."""
+        return self._pending
+
+    # --- the inference thread -----------------------------------------------------------------------------
+
+    def has_work(self) -> bool:
+        """A slot is busy or a job waits: the loop must step or dispatch rather than sleep."""
+        return bool(self._waiting) or any(not slot.idle for slot in self._slots)
+
+    def collect(self) -> bool:
+        """Move submitted jobs to the waiting line, sleeping for the first one only when there is no work.
+
+        Returns False once ``stop`` was called: the loop should end.
+        """
+        block = not self.has_work()
+        try:
+            item = self._incoming.get(block=block)
+        except queue.Empty:
+            return not self._stopping
+        deadline = time.perf_counter() + GATHER_MAX
+        while True:
+            if item is None:
+                self._stopping = True
+            else:
+                self._waiting.append(item)
+            wait = min(GATHER_GAP, deadline - time.perf_counter()) if block else 0.0
+            try:
+                item = self._incoming.get(timeout=wait) if wait > 0 else self._incoming.get_nowait()
+            except queue.Empty:
+                return not self._stopping
+
+    def dispatch(self, start: Start, release: Release) -> None:
+        """Drop cancelled jobs (waiting ones are closed, running ones ``release``d), then ``start`` the longest
+        waiting job on the free slot whose cache shares the longest prefix with its prompt, while both remain."""
+        for job in [job for job in self._waiting if job.cancelled]:
+            self._waiting.remove(job)
+            self._left_queue()
+            job.close()
+        for slot in self._slots:
+            if slot.job is not None and slot.job.cancelled:
+                release(slot)
+        while self._waiting:
+            free = [slot for slot in self._slots if slot.idle]
+            if not free:
+                return
+            job = self._waiting[0]
+            start(max(free, key=lambda s: (common_prefix(s.cached, job.prompt), -len(s.cached))), job)
+            self._waiting.popleft()  # only once started: a start that raises leaves it first in line, for close()
+            self._left_queue()
+
+    def close(self, error: GenerationFailed) -> None:
+        """Refuse submissions from now on; fail and close every job that has no slot yet, arriving ones included."""
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                item = self._incoming.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                self._waiting.append(item)
+        while self._waiting:
+            job = self._waiting.popleft()
+            self._left_queue()
+            job.fail(error)
+            job.close()
+
+    def _left_queue(self) -> None:
+        with self._lock:
+            self._pending -= 1
