@@ -183,7 +183,12 @@ def test_a_burst_that_finishes_in_the_same_step_does_not_leave_the_rest_waiting(
     assert all(r.finished for r in records[:4]) and all(slot.idle for slot in slots)
     assert queue.has_work(), "four requests wait: the loop has work"
     returned = threading.Event()
-    thread = threading.Thread(target=lambda: (queue.collect(), returned.set()), daemon=True)
+
+    def collect() -> None:
+        queue.collect()
+        returned.set()
+
+    thread = threading.Thread(target=collect, daemon=True)
     thread.start()
     thread.join(timeout=30)
     assert returned.is_set(), "the loop went to sleep with requests waiting"
