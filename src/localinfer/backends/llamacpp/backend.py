@@ -9,9 +9,10 @@ import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
 from localinfer.backends.chunks import ChunkQueue, relay
+from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel
-from localinfer.backends.llamacpp.sampling import build_sampler, grammar_for
+from localinfer.backends.llamacpp.sampling import build_sampler
 from localinfer.backends.llamacpp.step_loop import StepLoop
 from localinfer.backends.text_stream import TextStream
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
@@ -26,11 +27,13 @@ class LlamaCppBackend(Backend):
         self._model: LlamaModel | None = None
         self._loop: StepLoop | None = None
         self._facts: ModelFacts | None = None
+        self._constraints: ConstraintCompiler | None = None
 
     async def load(self, spec: LoadSpec) -> None:
         model = await asyncio.to_thread(LlamaModel.load, spec)
         self._facts = model.facts()
         self._model = model
+        self._constraints = ConstraintCompiler(model.vocab)
         self._loop = StepLoop(model, max_queue=spec.max_queue)
         self._loop.start()
 
@@ -53,8 +56,10 @@ class LlamaCppBackend(Backend):
         if len(prompt) >= model.n_ctx:
             raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx)
         options = request.options
-        grammar = grammar_for(options.response_format)
-        sampler = build_sampler(model.vocab, lc.llama_vocab_n_tokens(model.vocab), options.sampling, grammar)
+        constraint = None
+        if options.response_format.type != "text" and self._constraints is not None:
+            constraint = await asyncio.to_thread(self._constraints.compile, options.response_format)
+        sampler = build_sampler(lc.llama_vocab_n_tokens(model.vocab), options.sampling, constraint)
         chunks: ChunkQueue = asyncio.Queue()
         job = Job(
             request_id=request.request_id,
@@ -64,7 +69,7 @@ class LlamaCppBackend(Backend):
             ignore_eos=options.ignore_eos,
             cache_prompt=options.cache_prompt,
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
-            text=TextStream(options.stop),
+            text=constraint.text_stream(options.stop) if constraint else TextStream(options.stop),
         )
         loop.submit(job)  # raises QueueFull (and frees the sampler) when the slots and the queue are taken
         try:
@@ -77,6 +82,7 @@ class LlamaCppBackend(Backend):
         if self._loop is not None:
             await asyncio.to_thread(self._loop.stop)
             self._loop = None
+        self._constraints = None
         if self._model is not None:
             self._model.free()
             self._model = None

@@ -1,0 +1,314 @@
+"""Constrained output through llguidance: a JSON schema becomes a matcher that yields a token mask per step,
+applied as a sampler in llama.cpp's chain.
+
+Compiling is bounded: llguidance builds its lexer lazily under fuel limits, and the first mask is computed at
+compile time (off the event loop, by the caller's thread), so a schema whose regexes explode is refused with a
+400 instead of stalling the inference thread. A limit hit later, mid-generation, fails that request only.
+
+The sampler's C side holds a key, not a Python object: one set of ctypes callbacks, made once for the process,
+finds the constraint in a registry, and the chain's ``free`` of the sampler removes it from there. So nothing
+the C side calls can be garbage-collected while the chain lives, and nothing outlives it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import json
+import logging
+import threading
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import llama_cpp.llama_cpp as lc
+import llguidance
+import numpy as np
+import numpy.typing as npt
+from llguidance.llamacpp import lltokenizer_from_vocab
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
+from localinfer.backends.text_stream import TextStream
+from localinfer.errors import GenerationFailed, InvalidRequest
+from localinfer.types import ResponseFormat
+
+log = logging.getLogger(__name__)
+
+SCHEMA_PARAM = "response_format.json_schema.schema"
+
+# llguidance's defaults allow 1,000,000 units of lexer fuel for building regexes: seconds and hundreds of MiB
+# for a pattern such as ((x{1000}){1000}){1000} on a small CPU. A fifth of that keeps the worst case near a
+# quarter of a second and 40 MiB; ordinary schemas (thousands of properties or enum values) stay far below it.
+INITIAL_LEXER_FUEL = 200_000
+MAX_LEXER_STATES = 50_000  # about 1-2 KiB each
+
+# Compact JSON: one space after ',' and ':', no other whitespace, so a small model cannot stall in a run of
+# newlines. Applied over anything the schema's own "x-guidance" says.
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def _limits() -> llguidance.LLParserLimits:
+    return llguidance.LLParserLimits(
+        initial_lexer_fuel=INITIAL_LEXER_FUEL, max_lexer_states=MAX_LEXER_STATES, verbose_errors=False
+    )
+
+
+class ConstraintCompiler:
+    """Compiles response formats for one loaded model. Its tokenizer view (about a second to build) is made on
+    first use and kept for the model's lifetime; the compiler must be dropped before the model is freed."""
+
+    def __init__(self, vocab: lc.llama_vocab_p) -> None:
+        self._vocab = vocab
+        self._n_vocab = int(lc.llama_vocab_n_tokens(vocab))
+        self._eog = [t for t in range(self._n_vocab) if lc.llama_vocab_is_eog(vocab, t)]
+        self._tokenizer: llguidance.LLTokenizer | None = None
+        self._lock = threading.Lock()
+
+    def tokenizer(self) -> llguidance.LLTokenizer:
+        """llguidance's view of the vocabulary, built once (thread-safe); every end-of-generation token ends."""
+        with self._lock:
+            if self._tokenizer is None:
+                with warnings.catch_warnings():  # it reads token attributes through a deprecated call
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    self._tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=self._eog or None)
+            return self._tokenizer
+
+    def compile(self, response_format: ResponseFormat) -> Constraint | None:
+        """The constraint for ``response_format``, or None for free text. Blocking (up to a few hundred ms for
+        a hostile schema, a second on first use): call it from a worker thread.
+
+        Raises InvalidRequest naming ``response_format.json_schema.schema`` when the schema is invalid, uses
+        something llguidance does not implement, or is too large or complex to enforce within the limits.
+        """
+        if response_format.type == "text":
+            return None
+        schema_text = _schema_text(response_format)
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema_text, overrides=JSON_OPTIONS)
+        except (ValueError, TypeError) as exc:
+            raise _refused(str(exc)) from exc
+        matcher = llguidance.LLMatcher(self.tokenizer(), grammar, log_level=0, limits=_limits())
+        _probe(matcher)
+        constraint = Constraint(matcher, self._n_vocab, self._eog)
+        constraint.prime()
+        if constraint.error:
+            raise _refused(constraint.error)
+        return constraint
+
+
+def _probe(matcher: llguidance.LLMatcher) -> None:
+    """Walk a copy of the matcher through the bytes the grammar forces at the start (such as the quote that
+    opens a string) and compute the mask after them: a regex that explodes mostly shows there, so it is paid
+    for by the compile, in its worker thread, and refused, rather than by a step of the inference thread.
+
+    Raises InvalidRequest when a limit is hit. A limit first hit later still fails only its own request.
+    """
+    if matcher.is_error():
+        raise _refused(matcher.get_error())
+    probe = matcher.deep_copy()
+    forced = probe.compute_ff_tokens()
+    if forced and probe.consume_tokens(forced) and not probe.is_stopped():
+        probe.compute_bitmask()
+    if probe.is_error():
+        raise _refused(probe.get_error())
+
+
+def _schema_text(response_format: ResponseFormat) -> str:
+    if response_format.type == "json_object":
+        return '{"type": "object"}'
+    schema = response_format.schema if response_format.schema is not None else {}
+    if not isinstance(schema, dict):
+        raise InvalidRequest("the JSON schema must be an object", param=SCHEMA_PARAM)
+    try:
+        return json.dumps(schema, allow_nan=False)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise InvalidRequest(f"the JSON schema cannot be read: {exc}", param=SCHEMA_PARAM) from exc
+
+
+def _refused(reason: str) -> InvalidRequest:
+    first_line = reason.strip().splitlines()[0] if reason.strip() else "unknown error"
+    return InvalidRequest(
+        f"the JSON schema cannot be enforced: {first_line[:500]}",
+        param=SCHEMA_PARAM,
+        hint="simplify the schema: fewer or smaller nested repetitions and patterns, supported keywords only",
+    )
+
+
+class Constraint:
+    """One request's matcher, its mask buffer and the sampler state llama.cpp calls back into.
+
+    ``error`` is set (never raised from a callback) when the matcher fails; ``done`` when the grammar admits
+    nothing more. Touched by the inference thread only, once compiled.
+    """
+
+    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int, eog: list[int]) -> None:
+        self._matcher = matcher
+        self._n_vocab = n_vocab
+        self._eog = np.asarray(eog, dtype=np.int64)
+        self._mask: npt.NDArray[np.int32] = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
+        self._primed = False
+        self.error = matcher.get_error() if matcher.is_error() else ""
+
+    @property
+    def done(self) -> bool:
+        """The grammar is complete and admits no further token (end-of-generation aside)."""
+        return not self.error and self._matcher.is_stopped()
+
+    def prime(self) -> None:
+        """Compute the mask for the first token now (its cost is the compile's)."""
+        if not self.error:
+            self._compute_mask()
+            self._primed = True
+
+    def _compute_mask(self) -> None:
+        self._matcher.unsafe_compute_mask_ptr(self._mask.ctypes.data, self._mask.nbytes)
+        if self._matcher.is_error():
+            self.error = self._matcher.get_error()
+
+    def apply(self, cur_p: lc.llama_token_data_array) -> None:
+        """Set the logit of every token the grammar forbids to -inf. After an error, forbid only the
+        end-of-generation tokens, so the step goes on to the check that fails the request."""
+        if not self.error:
+            if self._primed:
+                self._primed = False
+            else:
+                self._compute_mask()
+        size = int(cur_p.size)
+        if size == 0:
+            return
+        raw = np.ctypeslib.as_array(ctypes.cast(cur_p.data, ctypes.POINTER(ctypes.c_float)), shape=(size * 3,))
+        logits = raw[1::3]
+        ids = raw.view(np.int32)[0::3]
+        if self.error:
+            logits[np.isin(ids, self._eog)] = -np.inf
+            return
+        allowed = np.unpackbits(self._mask.view(np.uint8), bitorder="little").view(np.bool_)
+        keep = allowed[ids]
+        if not keep.any():  # cannot happen with a sound matcher; never leave the sampler nothing to pick
+            self.error = "the grammar admits no token here"
+            return
+        logits[~keep] = -np.inf
+
+    def accept(self, token: int) -> None:
+        """Advance the matcher by the sampled token."""
+        if not self.error and not self._matcher.consume_token(token):
+            self.error = self._matcher.get_error() or f"token {token} is not allowed here"
+
+    def reset(self) -> None:
+        self._matcher.reset()
+        self.error = self._matcher.get_error() if self._matcher.is_error() else ""
+        self._primed = False
+
+    def new_sampler(self) -> lc.llama_sampler_p:
+        """A llama.cpp sampler over this constraint; the chain it is added to owns and frees it."""
+        key = next(_keys)
+        _live[key] = self
+        sampler = lc.llama_sampler_init(ctypes.byref(_IFACE), ctypes.c_void_p(key))
+        if not sampler:
+            _live.pop(key, None)
+            raise GenerationFailed("llama.cpp could not create the constraint sampler")
+        return sampler  # type: ignore[no-any-return]
+
+    def text_stream(self, stop: tuple[str, ...]) -> ConstrainedText:
+        return ConstrainedText(stop, self)
+
+
+class ConstrainedText(TextStream):
+    """A text stream that also ends when the grammar is complete, and fails the request when the matcher did.
+
+    The step loop pushes each sampled token here right after sampling (the matcher has already consumed it)
+    and finishes the request with "stop" once ``stopped`` is set.
+    """
+
+    def __init__(self, stop: tuple[str, ...], constraint: Constraint) -> None:
+        super().__init__(stop)
+        self._constraint = constraint
+
+    def push(self, data: bytes) -> str:
+        """As TextStream.push; raises GenerationFailed when the constraint failed on this or an earlier token."""
+        if self._constraint.error:
+            reason = self._constraint.error.strip().splitlines()[0][:500]
+            raise GenerationFailed(f"the output constraint failed: {reason}")
+        out = super().push(data)
+        if not self.stopped and self._constraint.done:
+            out += self.flush()
+            self.stopped = True
+        return out
+
+
+# --- the C side: one interface for every constraint sampler -------------------------------------------------
+
+_live: dict[int, Constraint] = {}
+_keys = itertools.count(1)
+_NAME = ctypes.create_string_buffer(b"llguidance")
+
+
+def _constraint_of(smpl: Any) -> Constraint | None:
+    key = smpl.contents.ctx
+    return _live.get(key) if key else None
+
+
+def _on_name(_smpl: Any) -> int:
+    return ctypes.addressof(_NAME)
+
+
+def _on_accept(smpl: Any, token: int) -> None:
+    try:
+        constraint = _constraint_of(smpl)
+        if constraint is not None:
+            constraint.accept(token)
+    except BaseException as exc:  # nothing may propagate into C
+        _record(smpl, exc)
+
+
+def _on_apply(smpl: Any, cur_p: Any) -> None:
+    try:
+        constraint = _constraint_of(smpl)
+        if constraint is not None:
+            constraint.apply(cur_p.contents)
+    except BaseException as exc:  # nothing may propagate into C
+        _record(smpl, exc)
+
+
+def _on_reset(smpl: Any) -> None:
+    try:
+        constraint = _constraint_of(smpl)
+        if constraint is not None:
+            constraint.reset()
+    except BaseException as exc:  # nothing may propagate into C
+        _record(smpl, exc)
+
+
+def _on_free(smpl: Any) -> None:
+    try:
+        key = smpl.contents.ctx
+        if key:
+            _live.pop(key, None)
+    except BaseException:  # nothing may propagate into C
+        log.exception("freeing a constraint sampler")
+
+
+def _record(smpl: Any, exc: BaseException) -> None:
+    log.exception("the constraint sampler failed")
+    try:
+        constraint = _constraint_of(smpl)
+        if constraint is not None and not constraint.error:
+            constraint.error = f"internal error: {exc}"
+    except BaseException:
+        log.exception("recording a constraint failure")
+
+
+def _interface() -> lc.llama_sampler_i:
+    iface = lc.llama_sampler_i()
+    iface.name = lc.llama_sampler_i_name(_on_name)
+    iface.accept = lc.llama_sampler_i_accept(_on_accept)
+    iface.apply = lc.llama_sampler_i_apply(_on_apply)
+    iface.reset = lc.llama_sampler_i_reset(_on_reset)
+    iface.clone = lc.llama_sampler_i_clone(0)
+    iface.free = lc.llama_sampler_i_free(_on_free)
+    return iface
+
+
+# Lives as long as the process: every constraint sampler points at it, and its fields hold the callbacks.
+_IFACE = _interface()
