@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import platformdirs
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -38,6 +39,16 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address the server binds.")
     port: int = Field(8080, ge=0, le=65535, description="Port the server listens on.")
     api_key: SecretStr | None = Field(None, description="When set, every route but /health needs this bearer key.")
+    allow_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names the server answers to besides loopback names and its address ('*': any); "
+        "comma-separated in the environment.",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Web page origins allowed besides local pages and app://, file://, tauri://, vscode-webview:// "
+        "('*' matches anything, e.g. https://*.example.com); comma-separated in the environment, as OLLAMA_ORIGINS.",
+    )
     model: str = Field(STARTER_MODEL, description="Model served when none is named.")
     starter_source: str = Field(STARTER_SOURCE, description="Where the starter model is pulled from.")
     ctx_size: int = Field(
@@ -65,6 +76,14 @@ class Settings(BaseSettings):
         True, description="Also list and serve models of other tools (Hugging Face cache, Ollama, LM Studio)."
     )
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+
+    @field_validator("allow_hosts", "cors_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        """A string (from the environment) is a comma-separated list; a list (TOML, flags) is taken as it is."""
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
 
     @classmethod
     def settings_customise_sources(

@@ -87,6 +87,11 @@ class Unauthorized(LocalInferError):
     """A missing or wrong API key."""
 
 
+class Forbidden(LocalInferError):
+    """A request this server does not take from where it came: a Host it does not answer to (DNS rebinding) or
+    a browser page of an origin that is not allowed."""
+
+
 class QueueFull(LocalInferError):
     """Every slot is busy and the waiting queue is full; retry later."""
 

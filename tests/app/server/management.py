@@ -40,8 +40,11 @@ class ManagedServer:
 
 
 @contextmanager
-def managed_server(smollm2: Manifest, root: Path, *extra: str) -> Iterator[ManagedServer]:
-    """``localinfer serve smol --api-key API_KEY *extra`` in a home under ``root``, pulling from a Hub stand-in."""
+def managed_server(
+    smollm2: Manifest, root: Path, *extra: str, api_key: str | None = API_KEY
+) -> Iterator[ManagedServer]:
+    """``localinfer serve smol --api-key API_KEY *extra`` in a home under ``root``, pulling from a Hub stand-in
+    (no key at all with ``api_key=None``)."""
     home = root / "home"
     in_place = tuple(dataclasses.replace(f, owned=False) for f in smollm2.files)
     ModelStore(home / "models").register(
@@ -56,5 +59,6 @@ def managed_server(smollm2: Manifest, root: Path, *extra: str) -> Iterator[Manag
             "HF_HUB_DISABLE_TELEMETRY": "1",
             "LOCALINFER_DISCOVER": "false",
         }
-        with serving(SERVED, home, root, "--api-key", API_KEY, *extra, env=env) as server:
+        key = ("--api-key", api_key) if api_key is not None else ()
+        with serving(SERVED, home, root, *key, *extra, env=env) as server:
             yield ManagedServer(server, hub, home, root / "hf")

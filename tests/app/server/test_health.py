@@ -37,7 +37,7 @@ def test_health_is_503_while_the_model_loads_and_200_once_ready(tmp_path: Path) 
         settings = Settings(home=tmp_path)
         engine = Engine(settings, ModelStore(settings.models_dir), lambda: SlowLoadingBackend(release))
         app = create_app(engine)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             engine.preload(local_manifest(model_file))
             loading = await client.get("/health")
             assert loading.status_code == 503

@@ -35,7 +35,7 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[ollama.AsyncClient, Engi
     library = ModelLibrary(ModelStore(settings.models_dir), None)
     engine = Engine(settings, library, lambda: IdleBackend(gpu_layers=GPU_LAYERS))
     app = create_app(engine, client=LocalClient(engine, library, settings))
-    client = ollama.AsyncClient(host="http://test", transport=httpx.ASGITransport(app=app))
+    client = ollama.AsyncClient(host="http://localhost", transport=httpx.ASGITransport(app=app))
     try:
         yield client, engine, library.store
     finally:

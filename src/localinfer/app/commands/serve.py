@@ -13,15 +13,16 @@ from pydantic import SecretStr
 
 from localinfer.app.commands.pull import ProgressLine, machine_fits
 from localinfer.app.server.app import create_app
+from localinfer.app.server.guard import policy_for
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
 from localinfer.engine.backends import check_files
 from localinfer.engine.engine import Engine
 from localinfer.errors import ConfigError
 from localinfer.hardware.detect import detect
-from localinfer.models.library import Aliased, ModelLibrary
+from localinfer.models.library import ModelLibrary, ServedModels
 from localinfer.models.pull import ensure_model
-from localinfer.models.store import ModelSource, validate_name
+from localinfer.models.store import validate_name
 
 
 def add_parser(subparsers: Any) -> None:
@@ -37,6 +38,19 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (default 8080)")
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but /health")
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="a host name the server answers to besides loopback names and its address ('*': any); repeatable",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a web page origin allowed besides local pages and app:// (e.g. https://chat.example.com, '*' "
+        "matches anything); repeatable",
+    )
     p.add_argument("--ctx-size", type=int, help="context length per request (default: the model's, up to 8192)")
     p.add_argument("--threads", type=int, help="CPU threads (default: one per physical core)")
     p.add_argument("--parallel", type=int, help="requests decoded together (slots; default: up to 4, as memory allows)")
@@ -96,6 +110,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         gpu_layers=args.gpu_layers,
         model=args.model,
         engine_args=_engine_args(args) or None,
+        allow_hosts=args.allow_host,
+        cors_origins=args.cors_origin,
     )
     api_key = settings.api_key.get_secret_value() if settings.api_key else None
     if not is_loopback(settings.host) and not api_key:
@@ -111,16 +127,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         progress.close()
     check_files(manifest)  # a corrupt or truncated model fails here, in one line, not in the background
-    models: ModelSource = library
+    original = manifest.name
     if args.alias:
-        original = manifest.name
         manifest = dataclasses.replace(manifest, name=validate_name(args.alias))
-        models = Aliased(library, original, manifest)
+    models = ServedModels(library, manifest, original=original)  # names only from here on: never a path
     engine = Engine(settings, models, hardware=hardware)
     engine.check_plan(manifest)  # a model this machine cannot run (vLLM's without its GPU) fails here, in one line
     url = f"http://{settings.host}:{settings.port}"
     client = LocalClient(engine, library, settings, serving=url)
-    app = create_app(engine, api_key=api_key, preload=manifest, client=client)
+    access = policy_for(
+        settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins, api_key=api_key
+    )
+    app = create_app(engine, preload=manifest, client=client, access=access)
     print(f"localinfer: serving {manifest.name} on {url}/v1", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
     return 0

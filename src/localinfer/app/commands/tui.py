@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from localinfer.app.commands.pull import ProgressLine
 from localinfer.app.commands.serve import is_loopback
 from localinfer.app.server.app import create_app
+from localinfer.app.server.guard import policy_for
 from localinfer.app.tui.app import LocalInferApp
 from localinfer.app.tui.conversations import ConversationStore
 from localinfer.client.base import InferenceClient
@@ -23,10 +24,11 @@ from localinfer.client.local import LocalClient
 from localinfer.client.remote import HttpClient
 from localinfer.config import STARTER_MODEL, Settings
 from localinfer.engine.engine import Engine
-from localinfer.errors import ConfigError, PullError
+from localinfer.errors import ConfigError, LocalInferError, PullError
 from localinfer.hardware.detect import detect
-from localinfer.models.library import ModelLibrary
+from localinfer.models.library import ModelLibrary, ServedModels
 from localinfer.models.pull import ensure_model
+from localinfer.models.store import Manifest, ModelSource
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     settings = settings.with_overrides(port=args.port, model=args.model)
     store = ConversationStore(settings.home / "conversations.sqlite3")
     client: InferenceClient
+    open_model: str | None = args.model
     serve_api: Callable[[], Awaitable[None]] | None = None
     if args.host:
         client = HttpClient(args.host, api_key=args.api_key)
@@ -56,18 +59,35 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         library = ModelLibrary.from_settings(settings)
         if settings.model == STARTER_MODEL and not library.list():
             fetch_starter(library, settings)
-        engine = Engine(settings, library, hardware=detect())
+        models: ModelSource = library
+        if args.serve:  # the engine is shared with HTTP clients: names only, as 'localinfer serve'
+            served = _named_model(library, args.model)
+            models = ServedModels(library, served)
+            if served is not None:
+                settings, open_model = settings.with_overrides(model=served.name), served.name
+        engine = Engine(settings, models, hardware=detect())
         local = client = LocalClient(engine, library, settings)
         if args.serve:
             if not is_loopback(settings.host):
                 raise ConfigError("--serve listens on 127.0.0.1 only", hint="use 'localinfer serve' for other hosts")
             local.serving = f"http://{settings.host}:{settings.port}"
-            serve_api = api_server(create_app(engine, client=local), settings)
+            access = policy_for(settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins)
+            serve_api = api_server(create_app(engine, client=local, access=access), settings)
     app = LocalInferApp(
-        client, store, default_model=settings.model, open_model=args.model, export_dir=Path.cwd(), background=serve_api
+        client, store, default_model=settings.model, open_model=open_model, export_dir=Path.cwd(), background=serve_api
     )
     app.run()
     return 0
+
+
+def _named_model(library: ModelLibrary, model: str | None) -> Manifest | None:
+    """The model ``--model`` names (a name, or a path given on this command line), or None."""
+    if model is None:
+        return None
+    try:
+        return library.resolve(model)
+    except LocalInferError:
+        return None
 
 
 def fetch_starter(library: ModelLibrary, settings: Settings) -> None:

@@ -6,6 +6,7 @@ OpenAI's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -16,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localinfer import __version__
 from localinfer.app.server.errors import ollama_error, ollama_error_body, openai_error, openai_error_body
+from localinfer.app.server.guard import AccessGuard, AccessPolicy
 from localinfer.app.server.ollama.routes import router as ollama_router
 from localinfer.app.server.openai.routes import router as openai_router
 from localinfer.app.server.relay import EngineRelay
@@ -26,9 +28,18 @@ from localinfer.models.store import Manifest
 
 
 def create_app(
-    engine: Engine, *, api_key: str | None = None, preload: Manifest | None = None, client: LocalClient | None = None
+    engine: Engine,
+    *,
+    api_key: str | None = None,
+    preload: Manifest | None = None,
+    client: LocalClient | None = None,
+    access: AccessPolicy | None = None,
 ) -> FastAPI:
     """An app serving ``engine``. ``preload`` starts loading a model at startup; /health says 503 until then.
+
+    ``access`` says who may use it (Host check, CORS allow-list, key; by default: a server on 127.0.0.1 without
+    a key); ``api_key``, when given, is the key whatever ``access`` says. Give ``engine`` a names-only model
+    source (``ServedModels``): names from the network must never become paths.
 
     ``client`` (over the same engine) backs Ollama's model management (/api/tags, /api/pull...); without one
     those routes answer 503.
@@ -43,11 +54,14 @@ def create_app(
 
     app = FastAPI(title="localinfer", version=__version__, lifespan=lifespan)
     app.state.engine = engine
-    app.state.api_key = api_key
     app.state.client = client
     app.include_router(openai_router)
     app.include_router(ollama_router)
     app.add_middleware(EngineRelay, relay_for=engine.relay)  # models vLLM serves: their OpenAI routes as they are
+    policy = access or AccessPolicy()
+    if api_key is not None:
+        policy = dataclasses.replace(policy, api_key=api_key)
+    app.add_middleware(AccessGuard, policy=policy)  # outermost: before the relay, routing and any body is read
 
     @app.get("/health")
     async def health() -> JSONResponse:

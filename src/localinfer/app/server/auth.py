@@ -1,25 +1,22 @@
-"""Bearer-key check for every route except /health."""
+"""The bearer-key check. The access guard (``guard.py``) applies it to every route but /health, before any body
+is read."""
 
 from __future__ import annotations
 
 import secrets
 
-from fastapi import Request
-
 from localinfer.errors import Unauthorized
 
 
-async def require_api_key(request: Request) -> None:
-    """A FastAPI dependency: passes when no key is configured or the request carries the right bearer key.
+def key_accepted(authorization: str | None, expected: str) -> bool:
+    """Whether an ``Authorization`` header value carries ``Bearer <expected>`` (compared in constant time)."""
+    scheme, _, given = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), expected.encode())
 
-    Raises Unauthorized otherwise.
-    """
-    expected: str | None = request.app.state.api_key
-    if expected is None:
-        return
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), expected.encode()):
-        raise Unauthorized(
-            "missing or wrong API key",
-            hint="send the header 'Authorization: Bearer <key>' with the server's key",
-        )
+
+def unauthorized() -> Unauthorized:
+    """The error a request without the right key gets (401 in every dialect)."""
+    return Unauthorized(
+        "missing or wrong API key",
+        hint="send the header 'Authorization: Bearer <key>' with the server's key",
+    )

@@ -10,6 +10,7 @@ from typing import Any
 from localinfer.errors import (
     ContextLengthExceeded,
     DiskFull,
+    Forbidden,
     GenerationFailed,
     HubUnreachable,
     InvalidRequest,
@@ -29,6 +30,7 @@ ERROR_TABLE: tuple[tuple[type[LocalInferError], int, str, str | None], ...] = (
     (ContextLengthExceeded, 400, "invalid_request_error", "context_length_exceeded"),
     (InvalidRequest, 400, "invalid_request_error", None),
     (Unauthorized, 401, "authentication_error", "invalid_api_key"),
+    (Forbidden, 403, "permission_error", "forbidden"),
     (QueueFull, 503, "server_error", "queue_full"),
     (ModelNotReady, 503, "server_error", "model_loading"),
     (ModelLoadError, 500, "server_error", "model_load_failed"),

@@ -1,8 +1,9 @@
 """Relays OpenAI requests for a model served by an engine process (vLLM) to that engine as they are.
 
 Its answers come back byte for byte (see ``backends.vllm.proxy``), so every field vLLM supports (tools, guided
-decoding, logprobs, ``n``) works. Requests for any other model, unknown names, bodies that are not JSON, and
-requests without the server's key go on to the app's own routes, which answer or refuse them as usual.
+decoding, logprobs, ``n``) works. Requests for any other model, unknown names and bodies that are not JSON
+go on to the app's own routes, which answer or refuse them as usual. Requests without the server's key never
+get here: the access guard outside refuses them first.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from localinfer.app.server.auth import require_api_key
 from localinfer.app.server.errors import openai_error
 from localinfer.backends.vllm.adapter import forward
 from localinfer.backends.vllm.proxy import EngineProxy
-from localinfer.errors import LocalInferError, Unauthorized
+from localinfer.errors import LocalInferError
 
 RELAYED_PATHS: Final = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"})
 
@@ -41,10 +41,6 @@ class EngineRelay:
         body, receive = await _buffered(receive)
         model = _model_of(body)
         request = Request(scope, receive)
-        try:
-            await require_api_key(request)
-        except Unauthorized:  # the app's routes refuse it, in their shape
-            model = None
         try:
             proxy = await self.relay_for(model) if model else None
         except LocalInferError as exc:

