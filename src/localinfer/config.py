@@ -60,6 +60,12 @@ class Settings(BaseSettings):
         0, ge=0, le=256, description="Requests decoded together (slots); 0 picks up to 4 from free memory."
     )
     max_queue: int = Field(64, ge=0, description="Requests that may wait for a slot; beyond that the server says 503.")
+    shutdown_timeout: float = Field(
+        5.0,
+        ge=0,
+        description="Seconds a stopping server lets running requests finish before it ends them (503, or a stream's "
+        "last event with the error).",
+    )
     gpu_layers: int | None = Field(
         None, ge=-1, description="Layers offloaded to the GPU; -1 means all, unset means as many as fit."
     )

@@ -96,5 +96,12 @@ class QueueFull(LocalInferError):
     """Every slot is busy and the waiting queue is full; retry later."""
 
 
+class ServerShuttingDown(LocalInferError):
+    """The server is stopping: a request it took ended unfinished, or one it can no longer take was refused."""
+
+    def __init__(self, message: str = "the server is shutting down", *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint or "retry when the server is back")
+
+
 class GenerationFailed(LocalInferError):
     """The backend failed while generating (for example, llama_decode returned an error)."""

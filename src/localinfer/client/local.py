@@ -12,6 +12,7 @@ import psutil
 from localinfer.client.base import ClientStatus, LoadedModelStatus
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
+from localinfer.errors import ServerShuttingDown
 from localinfer.models.hub import HubClient
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import pull
@@ -40,6 +41,7 @@ class LocalClient:
         self._library = library
         self._settings = settings
         self._hub = hub
+        self._pulls: dict[threading.Event, asyncio.Queue[object]] = {}  # in flight: its stop, its events
         self.serving = serving  # set by whoever starts the API server beside the app
 
     @property
@@ -80,6 +82,7 @@ class LocalClient:
                 loop.call_soon_threadsafe(events.put_nowait, exc)
 
         worker = loop.run_in_executor(None, run)
+        self._pulls[stop] = events
         try:
             while True:
                 item = await events.get()
@@ -91,6 +94,7 @@ class LocalClient:
                 yield item
         finally:
             stop.set()
+            self._pulls.pop(stop, None)
             if not worker.done():
                 await asyncio.shield(worker)  # the thread stops at its next progress event
 
@@ -130,3 +134,12 @@ class LocalClient:
 
     async def close(self) -> None:
         await self._engine.close()
+
+    async def shutdown(self) -> None:
+        """End everything in flight with ServerShuttingDown: each pull (its thread stops at its next progress
+        event, keeping the partial download for a resume and writing no manifest) and, through the engine's
+        ``shutdown``, each generation; then unload every model."""
+        for stop, events in list(self._pulls.items()):
+            stop.set()
+            events.put_nowait(ServerShuttingDown())
+        await self._engine.shutdown()

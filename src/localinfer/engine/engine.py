@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -25,8 +26,9 @@ from localinfer.engine.backends import (
     model_profile,
     trained_context,
 )
+from localinfer.engine.inflight import InFlight
 from localinfer.engine.templates import ChatTemplate
-from localinfer.errors import LocalInferError, ModelLoadError, ModelNotReady
+from localinfer.errors import LocalInferError, ModelLoadError, ModelNotReady, ServerShuttingDown
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.store import Manifest, ModelSource
@@ -75,6 +77,9 @@ class Engine:
         self._hardware = hardware
         self._runners: dict[str, Runner] = {}
         self._loading: set[asyncio.Task[None]] = set()
+        self._shutting_down = False
+        self._in_flight = InFlight()
+        self._closing = asyncio.Lock()
 
     def _load_spec(self, manifest: Manifest, ctx_size: int | None, *, explain: bool = True) -> LoadSpec:
         s = self._settings
@@ -165,7 +170,10 @@ class Engine:
             runner.ready.exception()  # marked retrieved: nobody may be waiting
 
     async def runner(self, model: str) -> Runner:
-        """The loaded runner for ``model``, loading it on first use. Raises ModelNotFound, ModelLoadError."""
+        """The loaded runner for ``model``, loading it on first use. Raises ModelNotFound, ModelLoadError, and
+        ServerShuttingDown once ``shutdown`` began."""
+        if self._shutting_down:
+            raise ServerShuttingDown()
         runner = self._runners.get(model)
         if runner is None:
             runner = self.preload(self._models.resolve(model))
@@ -258,24 +266,35 @@ class Engine:
         generation = GenerationRequest(
             request_id=_new_id(), prompt=rendered.text, options=options, add_special=rendered.add_special
         )
-        async for chunk in runner.backend.generate(generation):
-            yield chunk
+        async with aclosing(self._in_flight.stream(runner.backend.generate(generation))) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def complete(self, request: CompletionRequest) -> TokenStream:
         runner = await self.runner(request.model)
         generation = GenerationRequest(request_id=_new_id(), prompt=request.prompt, options=request.options)
-        async for chunk in runner.backend.generate(generation):
-            yield chunk
+        async with aclosing(self._in_flight.stream(runner.backend.generate(generation))) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def shutdown(self) -> None:
+        """Stop serving: from now on requests are refused with ServerShuttingDown; every generation in flight (or
+        waiting for a slot) ends with ServerShuttingDown at once, which its stream writer sends as the stream's
+        last event; then every model is unloaded. A ``close`` meanwhile waits for that."""
+        self._shutting_down = True
+        self._in_flight.end(ServerShuttingDown)
+        await self.close()
 
     async def close(self) -> None:
-        """Unload every model; requests in flight end with an error."""
-        runners, self._runners = list(self._runners.values()), {}
-        for runner in runners:
-            try:
-                if runner.ready.done() and runner.ready.exception() is None:
-                    await runner.backend.unload()
-            except (LocalInferError, asyncio.CancelledError):
-                log.warning("unloading %s failed", runner.manifest.name)
+        """Unload every model; requests in flight end with an error. A close already under way is waited for."""
+        async with self._closing:
+            runners, self._runners = list(self._runners.values()), {}
+            for runner in runners:
+                try:
+                    if runner.ready.done() and runner.ready.exception() is None:
+                        await runner.backend.unload()
+                except (LocalInferError, asyncio.CancelledError):
+                    log.warning("unloading %s failed", runner.manifest.name)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from localinfer.app.commands.pull import ProgressLine, machine_fits
 from localinfer.app.server.app import create_app
+from localinfer.app.server.graceful import GracefulServer
 from localinfer.app.server.guard import policy_for
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
@@ -55,6 +56,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--threads", type=int, help="CPU threads (default: one per physical core)")
     p.add_argument("--parallel", type=int, help="requests decoded together (slots; default: up to 4, as memory allows)")
     p.add_argument("--max-queue", type=int, help="requests that may wait for a slot before the server says 503")
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, how long running requests may go on before they are ended (default 5)",
+    )
     p.add_argument("--gpu-layers", type=int, help="layers to offload to the GPU (-1: all; default: as many as fit)")
     p.add_argument(
         "--alias",
@@ -107,6 +114,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         threads=args.threads,
         parallel=args.parallel,
         max_queue=args.max_queue,
+        shutdown_timeout=args.shutdown_timeout,
         gpu_layers=args.gpu_layers,
         model=args.model,
         engine_args=_engine_args(args) or None,
@@ -140,5 +148,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     )
     app = create_app(engine, preload=manifest, client=client, access=access)
     print(f"localinfer: serving {manifest.name} on {url}/v1", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
+    GracefulServer(config, grace=settings.shutdown_timeout, end_requests=client.shutdown).run()
     return 0

@@ -21,6 +21,7 @@ from localinfer.errors import (
     ModelNotReady,
     PullError,
     QueueFull,
+    ServerShuttingDown,
     Unauthorized,
 )
 
@@ -32,6 +33,7 @@ ERROR_TABLE: tuple[tuple[type[LocalInferError], int, str, str | None], ...] = (
     (Unauthorized, 401, "authentication_error", "invalid_api_key"),
     (Forbidden, 403, "permission_error", "forbidden"),
     (QueueFull, 503, "server_error", "queue_full"),
+    (ServerShuttingDown, 503, "server_error", "server_shutting_down"),
     (ModelNotReady, 503, "server_error", "model_loading"),
     (ModelLoadError, 500, "server_error", "model_load_failed"),
     (ModelManagedElsewhere, 409, "invalid_request_error", "model_managed_elsewhere"),
@@ -41,6 +43,12 @@ ERROR_TABLE: tuple[tuple[type[LocalInferError], int, str, str | None], ...] = (
     (GenerationFailed, 500, "server_error", "generation_failed"),
     (LocalInferError, 500, "server_error", None),
 )
+
+
+def finish_reason_for(exc: LocalInferError) -> str:
+    """The finish reason (OpenAI) or ``done_reason`` (Ollama) of a stream that ``exc`` ended: ``abort`` when the
+    server stopped it (shutting down), ``error`` for a failure, as vLLM names them."""
+    return "abort" if isinstance(exc, ServerShuttingDown) else "error"
 
 
 def _row(exc: LocalInferError) -> tuple[int, str, str | None]:

@@ -10,7 +10,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from localinfer.app.server.errors import openai_error
+from localinfer.app.server.errors import finish_reason_for, openai_error
 from localinfer.errors import LocalInferError
 from localinfer.types import Timings, TokenChunk, TokenStream, Usage
 
@@ -101,11 +101,14 @@ async def sse_stream(
 
     A choice's finishing chunk carries its ``timings``, as llama-server's last chunk does.
 
-    An error after the stream began is sent as ``data: {"error": ...}``. Closing this iterator closes the
-    generations, which frees their slots at once.
+    An error after the stream began (the server shutting down, a failed generation) ends it properly all the same:
+    every choice not finished yet gets a finishing chunk whose ``finish_reason`` is ``abort`` (shutting down) or
+    ``error``, then the error is sent as ``data: {"error": ...}``, as OpenAI streams errors, then ``[DONE]``.
+    Closing this iterator closes the generations, which frees their slots at once.
     """
     extra: dict[str, Any] = {"usage": None} if include_usage else {}
     total = Usage(0, 0, 0)
+    finished: set[int] = set()
     try:
         for index, stream in enumerate(streams):
             opening = shape.opening(index)
@@ -118,10 +121,16 @@ async def sse_stream(
                     if chunk.finish_reason is not None:
                         timings = {"timings": timings_body(chunk.timings)} if chunk.timings is not None else {}
                         yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra, **timings))
+                        finished.add(index)
                     if chunk.usage is not None:
                         total = total + chunk.usage
     except LocalInferError as exc:
+        reason = finish_reason_for(exc)
+        for index in range(len(streams)):
+            if index not in finished:
+                yield sse(header.chunk([shape.finish(index, reason)], **extra))
         yield sse(openai_error(exc)[1])
+        yield sse("[DONE]")
         return
     if include_usage:
         yield sse(header.chunk([], usage=usage_body(total)))
