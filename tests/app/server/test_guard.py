@@ -18,6 +18,7 @@ from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.models.library import ModelLibrary, ServedModels
 from localinfer.models.store import Manifest, ModelStore
+from tests.app.server.conftest import serving
 from tests.app.server.management import API_KEY, SERVED, SMOL_REPO, ManagedServer, managed_server
 from tests.idle_backend import IdleBackend
 
@@ -263,3 +264,25 @@ def test_with_a_key_the_docs_need_it_and_health_does_not(keyed_server: ManagedSe
         assert httpx.get(f"{keyed_server.url}{path}").status_code == 401, path
         assert httpx.get(f"{keyed_server.url}{path}", headers=AUTH).status_code == 200, path
     assert httpx.get(f"{keyed_server.url}/health").status_code == 200
+
+
+@pytest.mark.model
+def test_allow_host_flags_and_cors_origins_from_the_environment_reach_the_server(
+    smollm2: Manifest, test_home: Path, tmp_path: Path
+) -> None:
+    env = {
+        "LOCALINFER_ALLOW_HOSTS": "env-only.lan",
+        "LOCALINFER_CORS_ORIGINS": "http://tool.lan:8000, https://*.example.com",
+    }
+    flags = ("--ctx-size", "512", "--threads", "1", "--allow-host", "box.lan", "--allow-host", "llm.box.lan")
+    with serving(smollm2.name, test_home, tmp_path, *flags, env=env) as server:
+        for host in ("box.lan", "llm.box.lan:8080"):
+            assert httpx.get(f"{server.url}/v1/models", headers={"Host": host}).status_code == 200, host
+        assert httpx.get(f"{server.url}/v1/models", headers={"Host": "env-only.lan"}).status_code == 403  # flags win
+        for origin in ("http://tool.lan:8000", "https://chat.example.com"):
+            body = {"model": smollm2.name, "prompt": "Hi", "max_tokens": 1}
+            reply = httpx.post(f"{server.url}/v1/completions", json=body, headers={"Origin": origin}, timeout=60)
+            assert reply.status_code == 200, origin
+            assert reply.headers["access-control-allow-origin"] == origin
+        refused = httpx.post(f"{server.url}/v1/completions", json={}, headers={"Origin": "http://tool.lan:8001"})
+        assert refused.status_code == 403

@@ -43,12 +43,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--serve", action="store_true", help="also serve the API, so editors share the model the app loaded"
     )
     group.add_argument("--port", type=int, help="the port --serve listens on (default 8080)")
+    group.add_argument(
+        "--allow-host", action="append", metavar="NAME", help="--serve: another host name it answers to; repeatable"
+    )
+    group.add_argument(
+        "--cors-origin", action="append", metavar="ORIGIN", help="--serve: another web page origin allowed; repeatable"
+    )
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.host and args.serve:
         raise ConfigError("--serve needs the engine in this process", hint="drop --host, or serve from that host")
-    settings = settings.with_overrides(port=args.port, model=args.model)
+    settings = settings.with_overrides(
+        port=args.port, model=args.model, allow_hosts=args.allow_host, cors_origins=args.cors_origin
+    )
     store = ConversationStore(settings.home / "conversations.sqlite3")
     client: InferenceClient
     open_model: str | None = args.model
