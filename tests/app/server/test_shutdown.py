@@ -20,6 +20,7 @@ import pytest
 from localinfer.config import Settings
 from localinfer.models.store import Manifest
 from tests.app.server.conftest import Server, start_server, stop_server
+from tests.app.server.management import API_KEY, SMOL_REPO, managed_server
 
 pytestmark = pytest.mark.model
 
@@ -217,3 +218,35 @@ def test_the_shutdown_timeout_is_5_s_and_a_setting(tmp_path: Path, monkeypatch: 
     (tmp_path / "config.toml").write_text("shutdown_timeout = 12\n")
     monkeypatch.setenv("LOCALINFER_CONFIG", str(tmp_path / "config.toml"))
     assert Settings().shutdown_timeout == 12.0
+
+
+def test_sigterm_ends_a_pull_in_flight_with_an_error_line_and_keeps_its_partial_download(
+    smollm2: Manifest, tmp_path: Path
+) -> None:
+    """No Ollama generation route streams NDJSON yet: the pull's NDJSON stream is the one there is. Its last line
+    is the error; the download stops, keeps what it has for a resume, and registers nothing."""
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    lines: list[dict[str, Any]] = []
+    signalled = False
+    with managed_server(smollm2, tmp_path, "--shutdown-timeout", "1") as managed:
+        managed.hub.rate_limit = 1_000_000  # a pull of minutes
+        with httpx.stream(
+            "POST", f"{managed.url}/api/pull", json={"model": SMOL_REPO}, headers=auth, timeout=60
+        ) as response:
+            assert response.status_code == 200, response.read()
+            for line in response.iter_lines():
+                if line:
+                    lines.append(json.loads(line))
+                    if lines[-1].get("completed") and not signalled:
+                        managed.server.process.send_signal(signal.SIGTERM)  # once bytes have come
+                        signalled = True
+        rc = managed.server.process.wait(timeout=60)
+        output = managed.server.output()
+        pulled = managed.store.get(SMOL_REPO)
+        partials = [p for p in managed.hf_home.rglob("*.incomplete") if p.stat().st_size > 0]
+    assert lines[-1] == {"error": "the server is shutting down; retry when the server is back"}
+    assert all("error" not in line for line in lines[:-1])
+    assert rc == 0, output
+    assert pulled is None  # no manifest: nothing half-registered
+    assert partials, "the partial download is kept for a resume"
+    assert "Traceback" not in output

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from localinfer.app.commands.pull import ProgressLine
 from localinfer.app.commands.serve import is_loopback
 from localinfer.app.server.app import create_app
+from localinfer.app.server.graceful import GracefulServer
 from localinfer.app.server.guard import policy_for
 from localinfer.app.tui.app import LocalInferApp
 from localinfer.app.tui.conversations import ConversationStore
@@ -80,7 +81,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 raise ConfigError("--serve listens on 127.0.0.1 only", hint="use 'localinfer serve' for other hosts")
             local.serving = f"http://{settings.host}:{settings.port}"
             access = policy_for(settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins)
-            serve_api = api_server(create_app(engine, client=local, access=access), settings)
+            serve_api = api_server(
+                create_app(engine, client=local, access=access),
+                settings,
+                end_requests=local.shutdown,
+                on_stopped=lambda: app.exit(),  # SIGTERM stopped the API (gracefully): the app goes with it
+            )
     app = LocalInferApp(
         client, store, default_model=settings.model, open_model=open_model, export_dir=Path.cwd(), background=serve_api
     )
@@ -111,9 +117,19 @@ def fetch_starter(library: ModelLibrary, settings: Settings) -> None:
         progress.close()
 
 
-def api_server(app: FastAPI, settings: Settings) -> Callable[[], Awaitable[None]]:
+def api_server(
+    app: FastAPI,
+    settings: Settings,
+    *,
+    end_requests: Callable[[], Awaitable[None]] | None = None,
+    on_stopped: Callable[[], None] | None = None,
+) -> Callable[[], Awaitable[None]]:
     """A coroutine function that serves ``app`` on the app's event loop until cancelled. The port is bound here,
-    before the app takes the terminal, so a port in use is one line, not a blank exit."""
+    before the app takes the terminal, so a port in use is one line, not a blank exit.
+
+    SIGTERM (or SIGINT) stops it as it stops ``localinfer serve``: no new connections, ``shutdown_timeout`` seconds
+    for the requests running, then ``end_requests`` (default: the app's engine's ``shutdown``); ``on_stopped`` is
+    called once it has stopped so. A second signal exits at once."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -124,7 +140,9 @@ def api_server(app: FastAPI, settings: Settings) -> Callable[[], Awaitable[None]
             f"cannot serve on {settings.host}:{settings.port}: {exc.strerror}", hint="pick another with --port N"
         ) from exc
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
+    server = GracefulServer(
+        config, grace=settings.shutdown_timeout, end_requests=end_requests or app.state.engine.shutdown
+    )
 
     async def serve() -> None:
         try:
@@ -134,5 +152,7 @@ def api_server(app: FastAPI, settings: Settings) -> Callable[[], Awaitable[None]
             raise
         finally:
             sock.close()
+        if on_stopped is not None:
+            on_stopped()
 
     return serve
