@@ -182,6 +182,44 @@ def test_after_sigterm_new_connections_are_refused_while_running_requests_go_on(
     assert rc == 0, server.output()
 
 
+def test_requests_not_streamed_or_still_waiting_for_a_slot_get_a_503_in_the_openai_shape(
+    smollm2: Manifest, test_home: Path, log_dir: Path
+) -> None:
+    server = start_server(
+        smollm2.name, test_home, log_dir, "--parallel", "1", "--ctx-size", "2048", "--shutdown-timeout", "1"
+    )
+    url = f"{server.url}/v1/chat/completions"
+    try:
+        started = threading.Event()
+        with ThreadPoolExecutor(3) as pool:
+            running = pool.submit(stream_events, server, chat_body("Tell me a story", stream=True, **LONG), started)
+            assert started.wait(120), running.result()
+            plain = pool.submit(httpx.post, url, json=chat_body("Count", **LONG), timeout=120)
+            queued_stream = pool.submit(httpx.post, url, json=chat_body("Hi", stream=True, **LONG), timeout=120)
+            wait_until(
+                lambda: httpx.get(f"{server.url}/health", timeout=5).json()["requests_waiting"] == 2,
+                "both wait for the one slot",
+            )
+            server.process.send_signal(signal.SIGTERM)
+            answers = [plain.result(timeout=60), queued_stream.result(timeout=60)]
+            events = running.result(timeout=60)
+        rc = server.process.wait(timeout=60)
+    finally:
+        stop_server(server)
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert answer.json() == {
+            "error": {
+                "message": "the server is shutting down; retry when the server is back",
+                "type": "server_error",
+                "param": None,
+                "code": "server_shutting_down",
+            }
+        }
+    assert_ended_by_shutdown(events)
+    assert rc == 0, server.output()
+
+
 @pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_a_second_signal_in_the_grace_period_exits_at_once_without_a_traceback(
     smollm2: Manifest, test_home: Path, log_dir: Path, second: signal.Signals
