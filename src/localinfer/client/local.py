@@ -16,6 +16,7 @@ from localinfer.errors import ServerShuttingDown
 from localinfer.models.hub import HubClient
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import pull
+from localinfer.models.store import Manifest
 from localinfer.progress import ProgressEvent
 from localinfer.types import ChatRequest, ModelInfo, TokenChunk
 
@@ -104,10 +105,16 @@ class LocalClient:
         A removal that is refused (ModelNotFound, ModelManagedElsewhere) changes nothing: nothing is unloaded.
         """
         manifest = self._library.removable(model)
+        await self._unload_users(model, manifest)
+        freed = self._library.remove(model)
+        await self._unload_users(model, manifest)  # a request that came while it unloaded may have loaded it again
+        return freed
+
+    async def _unload_users(self, model: str, manifest: Manifest) -> None:
+        """Unload ``model`` and every model loaded (or loading) from ``manifest``'s file."""
         for info in self._engine.models():
             if (info.loaded or info.loading) and (info.name == model or info.path == str(manifest.path)):
                 await self._engine.unload(info.name)
-        return self._library.remove(model)
 
     async def status(self) -> ClientStatus:
         loaded = tuple(

@@ -160,3 +160,43 @@ def test_a_delete_of_another_tools_model_is_refused_and_unloads_nothing(tmp_path
         assert [m.name for m in engine.loaded()] == ["ollama-model"]
 
     asyncio.run(scenario())
+
+
+class GatedUnloadBackend(IdleBackend):
+    """Its unload says it began and waits for the test."""
+
+    def __init__(self, unloading: asyncio.Event, release: asyncio.Event) -> None:
+        super().__init__()
+        self._unloading = unloading
+        self._release = release
+
+    async def unload(self) -> None:
+        self._unloading.set()
+        await self._release.wait()
+
+
+def test_a_model_loaded_again_while_its_delete_unloads_it_is_unloaded_once_it_is_removed(tmp_path: Path) -> None:
+    model_file = tmp_path / "m.gguf"
+    model_file.write_bytes(b"GGUF")
+    store = ModelStore(tmp_path / "models")
+    store.register(local_manifest(model_file, name="kept"))
+    library = ModelLibrary(store, None)
+    settings = Settings(home=tmp_path, discover=False)
+
+    async def scenario() -> None:
+        unloading, release = asyncio.Event(), asyncio.Event()
+        engine = Engine(settings, ServedModels(library), lambda: GatedUnloadBackend(unloading, release))
+        client = LocalClient(engine, library, settings)
+        await engine.load("kept")
+        removing = asyncio.create_task(client.remove("kept"))
+        await unloading.wait()
+        await engine.load("kept")  # a request for it while it unloads: still registered, so it loads again
+        release.set()
+        await removing
+        assert store.get("kept") is None
+        assert engine.loaded() == []
+        assert engine.health() != "ready"
+        with pytest.raises(ModelNotFound):
+            await engine.load("kept")
+
+    asyncio.run(scenario())
