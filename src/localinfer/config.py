@@ -59,7 +59,9 @@ class Settings(BaseSettings):
     parallel: int = Field(
         0, ge=0, le=256, description="Requests decoded together (slots); 0 picks up to 4 from free memory."
     )
-    max_queue: int = Field(64, ge=0, description="Requests that may wait for a slot; beyond that the server says 503.")
+    max_queue: int = Field(
+        512, ge=0, description="Requests that may wait for a slot (as Ollama: 512); beyond that the server says 503."
+    )
     shutdown_timeout: float = Field(
         5.0,
         ge=0,

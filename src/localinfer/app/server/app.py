@@ -12,11 +12,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localinfer import __version__
-from localinfer.app.server.errors import ollama_error, ollama_error_body, openai_error, openai_error_body
+from localinfer.app.server.disconnect import ClientDisconnected, client_disconnected_response
+from localinfer.app.server.errors import headers_for, ollama_error, ollama_error_body, openai_error, openai_error_body
 from localinfer.app.server.guard import AccessGuard, AccessPolicy
 from localinfer.app.server.ollama.routes import router as ollama_router
 from localinfer.app.server.openai.routes import router as openai_router
@@ -78,7 +79,11 @@ def create_app(
     @app.exception_handler(LocalInferError)
     async def on_localinfer_error(request: Request, exc: LocalInferError) -> JSONResponse:
         status, body = ollama_error(exc) if _is_ollama(request) else openai_error(exc)
-        return JSONResponse(body, status_code=status)
+        return JSONResponse(body, status_code=status, headers=headers_for(exc))
+
+    @app.exception_handler(ClientDisconnected)
+    async def on_client_disconnected(request: Request, exc: ClientDisconnected) -> Response:
+        return client_disconnected_response()  # nobody reads it: the client is gone
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

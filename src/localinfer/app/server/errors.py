@@ -45,6 +45,18 @@ ERROR_TABLE: tuple[tuple[type[LocalInferError], int, str, str | None], ...] = (
 )
 
 
+# Errors a client should retry after a moment: they say so with Retry-After (seconds), as Ollama and vLLM do.
+RETRY_AFTER_SECONDS: tuple[tuple[type[LocalInferError], int], ...] = ((QueueFull, 1), (ModelNotReady, 1))
+
+
+def headers_for(exc: LocalInferError) -> dict[str, str]:
+    """HTTP headers that go with ``exc``'s answer: ``Retry-After`` for a full queue or a model still loading."""
+    for cls, seconds in RETRY_AFTER_SECONDS:
+        if isinstance(exc, cls):
+            return {"Retry-After": str(seconds)}
+    return {}
+
+
 def finish_reason_for(exc: LocalInferError) -> str:
     """The finish reason (OpenAI) or ``done_reason`` (Ollama) of a stream that ``exc`` ended: ``abort`` when the
     server stopped it (shutting down), ``error`` for a failure, as vLLM names them."""

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.openai.responses import (
     StreamHeader,
     collect,
@@ -79,12 +80,12 @@ class _ChatShape:
 @router.post("/chat/completions", response_model=None)
 async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONResponse | StreamingResponse:
     core = body.to_core()
-    stream = await _primed(_engine(request).chat(core))
+    stream = await unless_disconnected(request, _primed(_engine(request).chat(core)))
     header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
     if body.stream:
         events = sse_stream([stream], header, _ChatShape(), body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
-    result = await collect(stream)
+    result = await unless_disconnected(request, collect(stream))
     choice = {
         "index": 0,
         "message": {"role": "assistant", "content": result.text},
@@ -121,7 +122,7 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
     prompts = [c.prompt for c in cores]
     header = StreamHeader.new("text_completion", body.model, "cmpl")
     if body.stream:
-        first = await _primed(engine.complete(cores[0]))
+        first = await unless_disconnected(request, _primed(engine.complete(cores[0])))
         streams = [first] + [engine.complete(c) for c in cores[1:]]
         events = sse_stream(streams, header, _CompletionShape(prompts, body.echo), body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
@@ -129,7 +130,7 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
     usage = Usage(0, 0, 0)
     timings = Timings(0.0, 0.0, 0, 0)
     for index, core in enumerate(cores):
-        result = await collect(engine.complete(core))
+        result = await unless_disconnected(request, collect(engine.complete(core)))
         text = (core.prompt if body.echo else "") + result.text
         choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": result.last.finish_reason})
         usage = usage + (result.last.usage or Usage(0, 0, 0))
