@@ -52,8 +52,7 @@ class InFlight:
                     except StopAsyncIteration:
                         return
                     except asyncio.CancelledError:
-                        task = generation.task
-                        if generation.ended and self._error is not None and task is not None and task.uncancel() == 0:
+                        if generation.ended and self._error is not None and _withdraw_cancel(generation.task):
                             raise self._error() from None  # our cancel alone: the reader goes on, with the error
                         raise
                     except LocalInferError as exc:
@@ -74,3 +73,10 @@ class InFlight:
             if generation.waiting and not generation.ended and generation.task is not None:
                 generation.ended = True
                 generation.task.cancel()
+
+
+def _withdraw_cancel(task: asyncio.Task[object] | None) -> bool:
+    """Withdraw ``end``'s cancel request from ``task``; True when no other is pending (Python 3.10 does not count
+    them: True)."""
+    uncancel: Callable[[], int] | None = getattr(task, "uncancel", None)
+    return uncancel is None or uncancel() == 0

@@ -43,7 +43,7 @@ async def test_sigterm_ends_the_api_streams_properly_and_the_app_exits(
     body = {
         "model": "smollm2",
         "messages": [{"role": "user", "content": "Tell me a story"}],
-        "max_tokens": 4000,
+        "max_tokens": 2000,
         "ignore_eos": True,
         "stream": True,
     }
