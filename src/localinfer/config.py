@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     max_queue: int = Field(
         512, ge=0, description="Requests that may wait for a slot (as Ollama: 512); beyond that the server says 503."
     )
+    max_body: int = Field(
+        16 * 1024 * 1024, ge=1024, description="Largest request body in bytes; a larger one gets 413 before it is read."
+    )
     shutdown_timeout: float = Field(
         5.0,
         ge=0,

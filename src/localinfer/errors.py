@@ -73,9 +73,9 @@ class InvalidRequest(LocalInferError):
 class ContextLengthExceeded(InvalidRequest):
     """The prompt does not fit in the model's context window."""
 
-    def __init__(self, *, n_prompt: int, n_ctx: int) -> None:
+    def __init__(self, *, n_prompt: int, n_ctx: int, at_least: bool = False) -> None:
         super().__init__(
-            f"the prompt has {n_prompt} tokens but the model's context holds {n_ctx}",
+            f"the prompt has {'at least ' if at_least else ''}{n_prompt} tokens but the model's context holds {n_ctx}",
             param="messages",
             hint="shorten the prompt or serve the model with a larger context (--ctx-size)",
         )

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from localinfer.types import GenerationRequest, TokenStream
+from localinfer.errors import InvalidRequest
+from localinfer.types import GenerationOptions, GenerationRequest, TokenStream
 
 if TYPE_CHECKING:
     from localinfer.backends.vllm.proxy import EngineProxy
@@ -100,3 +101,22 @@ class Backend(ABC):
         """For a backend that runs its model in an engine process with its own OpenAI server (vLLM): the proxy
         that relays clients' requests to it as they are, while loaded. None for a backend serving in process."""
         return None
+
+
+def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> None:
+    """Refuse what a model of ``n_ctx`` tokens of context and ``n_vocab`` tokens cannot mean: more new tokens or a
+    longer repetition window than the context, a top-k beyond the vocabulary. Raises InvalidRequest naming the
+    field."""
+    if options.max_tokens is not None and options.max_tokens > n_ctx:
+        raise InvalidRequest(
+            f"max_tokens is {options.max_tokens} but the model's context holds {n_ctx} tokens", param="max_tokens"
+        )
+    if options.sampling.repeat_last_n > n_ctx:
+        raise InvalidRequest(
+            f"repeat_last_n is {options.sampling.repeat_last_n} but the model's context holds {n_ctx} tokens",
+            param="repeat_last_n",
+        )
+    if options.sampling.top_k > n_vocab:
+        raise InvalidRequest(
+            f"top_k is {options.sampling.top_k} but the model's vocabulary has {n_vocab} tokens", param="top_k"
+        )

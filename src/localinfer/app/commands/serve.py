@@ -56,6 +56,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--threads", type=int, help="CPU threads (default: one per physical core)")
     p.add_argument("--parallel", type=int, help="requests decoded together (slots; default: up to 4, as memory allows)")
     p.add_argument("--max-queue", type=int, help="requests that may wait for a slot before the server says 503")
+    p.add_argument("--max-body", type=int, metavar="BYTES", help="largest request body (default 16 MiB); larger: 413")
     p.add_argument(
         "--shutdown-timeout",
         type=float,
@@ -114,6 +115,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         threads=args.threads,
         parallel=args.parallel,
         max_queue=args.max_queue,
+        max_body=args.max_body,
         shutdown_timeout=args.shutdown_timeout,
         gpu_layers=args.gpu_layers,
         model=args.model,
@@ -146,7 +148,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     access = policy_for(
         settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins, api_key=api_key
     )
-    app = create_app(engine, preload=manifest, client=client, access=access)
+    app = create_app(engine, preload=manifest, client=client, access=access, max_body=settings.max_body)
     print(f"localinfer: serving {manifest.name} on {url}/v1", flush=True)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
     GracefulServer(config, grace=settings.shutdown_timeout, end_requests=client.shutdown).run()

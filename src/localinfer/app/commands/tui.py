@@ -82,7 +82,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             local.serving = f"http://{settings.host}:{settings.port}"
             access = policy_for(settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins)
             serve_api = api_server(
-                create_app(engine, client=local, access=access),
+                create_app(engine, client=local, access=access, max_body=settings.max_body),
                 settings,
                 end_requests=local.shutdown,
                 on_stopped=lambda: app.exit(),  # SIGTERM stopped the API (gracefully): the app goes with it

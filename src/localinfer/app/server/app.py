@@ -19,10 +19,12 @@ from localinfer import __version__
 from localinfer.app.server.disconnect import ClientDisconnected, client_disconnected_response
 from localinfer.app.server.errors import headers_for, ollama_error, ollama_error_body, openai_error, openai_error_body
 from localinfer.app.server.guard import AccessGuard, AccessPolicy
+from localinfer.app.server.limits import BodyLimits
 from localinfer.app.server.ollama.routes import router as ollama_router
 from localinfer.app.server.openai.routes import router as openai_router
 from localinfer.app.server.relay import EngineRelay
 from localinfer.client.local import LocalClient
+from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.errors import LocalInferError
 from localinfer.models.store import Manifest
@@ -35,12 +37,14 @@ def create_app(
     preload: Manifest | None = None,
     client: LocalClient | None = None,
     access: AccessPolicy | None = None,
+    max_body: int = Settings.model_fields["max_body"].default,
 ) -> FastAPI:
     """An app serving ``engine``. ``preload`` starts loading a model at startup; /health says 503 until then.
 
     ``access`` says who may use it (Host check, CORS allow-list, key; by default: a server on 127.0.0.1 without
     a key); ``api_key``, when given, is the key whatever ``access`` says. Give ``engine`` a names-only model
-    source (``ServedModels``): names from the network must never become paths.
+    source (``ServedModels``): names from the network must never become paths. A body over ``max_body`` bytes,
+    or one too costly to parse, is refused before any route runs (``limits.py``).
 
     ``client`` (over the same engine) backs Ollama's model management (/api/tags, /api/pull...); without one
     those routes answer 503.
@@ -59,6 +63,7 @@ def create_app(
     app.include_router(openai_router)
     app.include_router(ollama_router)
     app.add_middleware(EngineRelay, relay_for=engine.relay)  # models vLLM serves: their OpenAI routes as they are
+    app.add_middleware(BodyLimits, max_bytes=max_body)  # after the key check, before the relay buffers a body
     policy = access or AccessPolicy()
     if api_key is not None:
         policy = dataclasses.replace(policy, api_key=api_key)

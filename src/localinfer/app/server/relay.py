@@ -8,7 +8,6 @@ get here: the access guard outside refuses them first.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -17,6 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localinfer.app.server.errors import openai_error
+from localinfer.app.server.limits import parse_json
 from localinfer.backends.vllm.adapter import forward
 from localinfer.backends.vllm.proxy import EngineProxy
 from localinfer.errors import LocalInferError
@@ -77,7 +77,7 @@ async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
 
 def _model_of(body: bytes) -> str | None:
     try:
-        data = json.loads(body)
+        data = parse_json(body)
     except ValueError:
         return None
     model = data.get("model") if isinstance(data, dict) else None

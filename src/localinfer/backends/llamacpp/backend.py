@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import llama_cpp.llama_cpp as lc
 
-from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
+from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage, check_bounds
 from localinfer.backends.chunks import ChunkQueue, relay
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.job import Job
@@ -28,10 +28,12 @@ class LlamaCppBackend(Backend):
         self._loop: StepLoop | None = None
         self._facts: ModelFacts | None = None
         self._constraints: ConstraintCompiler | None = None
+        self._longest_token = 1
 
     async def load(self, spec: LoadSpec) -> None:
         model = await asyncio.to_thread(LlamaModel.load, spec)
         self._facts = model.facts()
+        self._longest_token = await asyncio.to_thread(model.longest_token)
         self._model = model
         self._constraints = ConstraintCompiler(model.vocab)
         self._loop = StepLoop(model, max_queue=spec.max_queue)
@@ -50,12 +52,21 @@ class LlamaCppBackend(Backend):
 
     async def generate(self, request: GenerationRequest) -> TokenStream:
         model, loop = self._loaded()
-        prompt = model.tokenize(request.prompt, add_special=request.add_special, parse_special=request.parse_special)
+        options = request.options
+        check_bounds(options, n_ctx=model.n_ctx, n_vocab=lc.llama_vocab_n_tokens(model.vocab))
+        # a character is at least a byte: a prompt of more characters than the context's tokens could cover is too
+        # long whatever it says, and is refused without tokenizing (or even encoding) megabytes
+        fewest = -(-len(request.prompt) // self._longest_token)
+        if fewest >= model.n_ctx:
+            raise ContextLengthExceeded(n_prompt=fewest, n_ctx=model.n_ctx, at_least=True)
+        # llama_tokenize runs without Python's lock: a long prompt does not stall other requests or /health
+        prompt = await asyncio.to_thread(
+            model.tokenize, request.prompt, add_special=request.add_special, parse_special=request.parse_special
+        )
         if not prompt:
             raise InvalidRequest("the prompt is empty", param="prompt")
         if len(prompt) >= model.n_ctx:
             raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx)
-        options = request.options
         constraint = None
         if options.response_format.type != "text" and self._constraints is not None:
             constraint = await asyncio.to_thread(self._constraints.compile, options.response_format)

@@ -172,6 +172,12 @@ class LlamaModel:
             n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
         return buf.raw[:n]
 
+    def longest_token(self) -> int:
+        """The most bytes one token stands for, control tokens' text included: a text of more than ``n`` times
+        this many bytes has more than ``n`` tokens, whatever it says. Reads the whole vocabulary (once, at load)."""
+        n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
+        return max((len(self.token_bytes(token, special=True)) for token in range(n_vocab)), default=1) or 1
+
     def is_eog(self, token: int) -> bool:
         return bool(lc.llama_vocab_is_eog(self.vocab, token))
 

@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localinfer import __version__
 from localinfer.app.server.errors import ollama_error_body, user_message
+from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.ollama.wire import DeleteBody, PullBody, json_body
 from localinfer.backends.folder_facts import FolderFacts, cached_folder_facts
 from localinfer.client.base import LoadedModelStatus
@@ -53,7 +54,7 @@ from localinfer.types import OLLAMA_FORMAT_NAMES, ModelInfo
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/api")
+router = APIRouter(prefix="/api", route_class=FastJSONRoute)
 NDJSON = "application/x-ndjson"
 NOT_AVAILABLE = "model management is not available on this server"
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")

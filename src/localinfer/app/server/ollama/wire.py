@@ -6,7 +6,6 @@ that older clients send is accepted too.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -14,6 +13,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from localinfer.app.server.limits import parse_json
 from localinfer.errors import InvalidRequest
 
 
@@ -54,7 +54,7 @@ def json_body(model: type[BodyT]) -> Callable[[Request], Awaitable[BodyT]]:
     async def parse(request: Request) -> BodyT:
         raw = await request.body()
         try:
-            data = json.loads(raw) if raw.strip() else {}
+            data = parse_json(raw) if raw.strip() else {}
         except ValueError as exc:
             raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": "invalid JSON"}]) from exc
         try:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from localinfer.app.server.disconnect import unless_disconnected
+from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.openai.responses import (
     StreamHeader,
     collect,
@@ -20,7 +21,9 @@ from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
 from localinfer.types import Timings, TokenStream, Usage
 
-router = APIRouter(prefix="/v1")  # the access guard (guard.py) checks the key before the body is read
+router = APIRouter(
+    prefix="/v1", route_class=FastJSONRoute
+)  # the access guard (guard.py) checks the key before the body is read
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 

@@ -19,6 +19,9 @@ from localinfer.types import (
     SamplingParams,
 )
 
+MAX_STOPS = 16
+MAX_STOP_LENGTH = 512  # each generated token is checked against every stop: bounded work per token
+
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -82,7 +85,7 @@ class _SamplingWire(_Wire):
     repeat_last_n: int = Field(64, ge=0)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
     stop: str | list[str] | None = None
     n: int = Field(1, ge=1)
     max_tokens: int | None = Field(None, ge=1)
@@ -99,8 +102,10 @@ class _SamplingWire(_Wire):
     def _options(self, max_tokens: int | None, response_format: ResponseFormat) -> GenerationOptions:
         self._check_supported()
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        if len(stops) > 16:
-            raise InvalidRequest("at most 16 stop sequences are allowed", param="stop")
+        if len(stops) > MAX_STOPS:
+            raise InvalidRequest(f"at most {MAX_STOPS} stop sequences are allowed", param="stop")
+        if any(len(stop) > MAX_STOP_LENGTH for stop in stops):
+            raise InvalidRequest(f"a stop sequence may have at most {MAX_STOP_LENGTH} characters", param="stop")
         sampling = SamplingParams(
             temperature=self.temperature,
             top_p=self.top_p,
