@@ -11,6 +11,7 @@ import jsonschema
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
+from openai.types.shared_params import ResponseFormatJSONSchema
 
 from tests.app.server.conftest import Server
 
@@ -27,7 +28,7 @@ BOMBS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-def response_format(schema: dict[str, Any]) -> dict[str, Any]:
+def response_format(schema: dict[str, Any]) -> ResponseFormatJSONSchema:
     return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
 
 
@@ -50,7 +51,7 @@ def test_a_schema_bomb_is_answered_with_output_that_validates(
     reply = client.chat.completions.create(
         model=model_name,
         messages=messages(prompt),
-        response_format=response_format(schema),  # type: ignore[arg-type]
+        response_format=response_format(schema),
         max_tokens=48,
         temperature=0,
     )
@@ -68,7 +69,7 @@ def test_a_streamed_schema_bomb_ends_with_stop_when_the_grammar_completes(
         client.chat.completions.create(
             model=model_name,
             messages=messages(prompt),
-            response_format=response_format(schema),  # type: ignore[arg-type]
+            response_format=response_format(schema),
             max_tokens=48,
             temperature=0,
             stream=True,
@@ -112,6 +113,6 @@ def test_a_schema_that_cannot_be_enforced_answers_400_with_the_param(
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model=model_name, messages=messages("x"), response_format=response_format(schema), max_tokens=8
-        )  # type: ignore[call-overload]
+        )
     assert caught.value.param == SCHEMA_PARAM
     assert_serving(smollm2_server, client, model_name)

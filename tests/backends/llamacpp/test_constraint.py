@@ -211,3 +211,18 @@ def test_after_a_failure_the_sampler_never_picks_the_end(compiler: ConstraintCom
     logits = np.array([data[i].logit for i in range(n_vocab)])
     assert logits[eos] == -np.inf
     assert np.isfinite(logits).sum() == n_vocab - np.isinf(logits).sum() > 0
+
+
+def test_the_mask_follows_the_token_ids_whatever_their_order(
+    compiler: ConstraintCompiler, vocab: lc.llama_vocab_p
+) -> None:
+    n_vocab = int(lc.llama_vocab_n_tokens(vocab))
+    bracket = compiler.tokenizer().tokenize_str("[")[0]
+    constraint = compiled(compiler, {"type": "array"})
+    array, data = token_array(n_vocab, 0)
+    for i in range(n_vocab):  # the ids reversed, as a sampler before this one might have left them
+        data[i].id = lc.llama_token(n_vocab - 1 - i)
+    constraint.apply(array)
+    finite = {data[i].id for i in range(n_vocab) if np.isfinite(data[i].logit)}
+    assert bracket in finite
+    assert compiler.tokenizer().tokenize_str("x")[0] not in finite

@@ -148,6 +148,7 @@ class Constraint:
         self._eog = np.asarray(eog, dtype=np.int64)
         self._mask: npt.NDArray[np.int32] = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
         self._primed = False
+        self._views: tuple[tuple[int, int], npt.NDArray[np.int32], npt.NDArray[np.float32]] | None = None
         self.error = matcher.get_error() if matcher.is_error() else ""
 
     @property
@@ -177,18 +178,30 @@ class Constraint:
         size = int(cur_p.size)
         if size == 0:
             return
-        raw = np.ctypeslib.as_array(ctypes.cast(cur_p.data, ctypes.POINTER(ctypes.c_float)), shape=(size * 3,))
-        logits = raw[1::3]
-        ids = raw.view(np.int32)[0::3]
+        ids, logits = self._view(ctypes.cast(cur_p.data, ctypes.c_void_p).value or 0, size)
         if self.error:
             logits[np.isin(ids, self._eog)] = -np.inf
             return
-        allowed = np.unpackbits(self._mask.view(np.uint8), bitorder="little").view(np.bool_)
-        keep = allowed[ids]
-        if not keep.any():  # cannot happen with a sound matcher; never leave the sampler nothing to pick
+        if not self._mask.any():  # cannot happen with a sound matcher; never leave the sampler nothing to pick
             self.error = "the grammar admits no token here"
             return
-        logits[~keep] = -np.inf
+        allowed = np.unpackbits(self._mask.view(np.uint8), bitorder="little").view(np.bool_)
+        # First in the chain (build_sampler puts it there), the array is llama_sampler_sample's: every token, in
+        # id order. That is recognised by its ends, so the common case costs one pass over the logits.
+        if size == self._n_vocab and not cur_p.sorted and ids[0] == 0 and ids[-1] == size - 1:
+            keep = allowed[:size]
+        else:
+            keep = np.take(allowed, ids)
+        np.copyto(logits, np.float32(-np.inf), where=~keep)
+
+    def _view(self, address: int, size: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+        """The ids and logits of the llama_token_data array at ``address``, as strided numpy views; the last
+        pair is kept, since llama.cpp mostly hands over the same buffer step after step."""
+        if self._views is None or self._views[0] != (address, size):
+            buffer = (ctypes.c_float * (size * 3)).from_address(address)
+            raw = np.frombuffer(memoryview(buffer).cast("B"), dtype=np.float32)
+            self._views = ((address, size), raw.view(np.int32)[0::3], raw[1::3])
+        return self._views[1], self._views[2]
 
     def accept(self, token: int) -> None:
         """Advance the matcher by the sampled token."""
