@@ -59,9 +59,10 @@ class ConstraintCompiler:
     first use and kept for the model's lifetime; the compiler must be dropped before the model is freed."""
 
     def __init__(self, vocab: lc.llama_vocab_p) -> None:
+        """Cheap: nothing is read from the vocabulary until the first compile (in its worker thread)."""
         self._vocab = vocab
         self._n_vocab = int(lc.llama_vocab_n_tokens(vocab))
-        self._eog = [t for t in range(self._n_vocab) if lc.llama_vocab_is_eog(vocab, t)]
+        self._eog: list[int] = []
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
 
@@ -69,6 +70,7 @@ class ConstraintCompiler:
         """llguidance's view of the vocabulary, built once (thread-safe); every end-of-generation token ends."""
         with self._lock:
             if self._tokenizer is None:
+                self._eog = [t for t in range(self._n_vocab) if lc.llama_vocab_is_eog(self._vocab, t)]
                 with warnings.catch_warnings():  # it reads token attributes through a deprecated call
                     warnings.simplefilter("ignore", DeprecationWarning)
                     self._tokenizer = lltokenizer_from_vocab(self._vocab, eos_token=self._eog or None)
@@ -84,14 +86,19 @@ class ConstraintCompiler:
         if response_format.type == "text":
             return None
         schema_text = _schema_text(response_format)
+        tokenizer = self.tokenizer()
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(schema_text, overrides=JSON_OPTIONS)
-        except (ValueError, TypeError) as exc:
+            matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=_limits())
+            _probe(matcher)
+            constraint = Constraint(matcher, self._n_vocab, self._eog)
+            constraint.prime()
+        except InvalidRequest:
+            raise
+        except BaseException as exc:  # ValueError for a bad schema; a Rust panic arrives as a BaseException
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
             raise _refused(str(exc)) from exc
-        matcher = llguidance.LLMatcher(self.tokenizer(), grammar, log_level=0, limits=_limits())
-        _probe(matcher)
-        constraint = Constraint(matcher, self._n_vocab, self._eog)
-        constraint.prime()
         if constraint.error:
             raise _refused(constraint.error)
         return constraint
@@ -154,7 +161,13 @@ class Constraint:
     @property
     def done(self) -> bool:
         """The grammar is complete and admits no further token (end-of-generation aside)."""
-        return not self.error and self._matcher.is_stopped()
+        if self.error:
+            return False
+        try:
+            return self._matcher.is_stopped()
+        except BaseException as exc:  # a Rust panic arrives as a BaseException: fail the request, not the thread
+            self.error = f"internal error: {exc}"
+            return False
 
     def prime(self) -> None:
         """Compute the mask for the first token now (its cost is the compile's)."""
