@@ -4,6 +4,7 @@ that cannot be enforced is refused with a 400 naming it, and the server keeps se
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -115,4 +116,35 @@ def test_a_schema_that_cannot_be_enforced_answers_400_with_the_param(
             model=model_name, messages=messages("x"), response_format=response_format(schema), max_tokens=8
         )
     assert caught.value.param == SCHEMA_PARAM
+    assert_serving(smollm2_server, client, model_name)
+
+
+def test_a_constraint_that_fails_mid_generation_fails_only_its_request(
+    client: openai.OpenAI, smollm2_server: Server, model_name: str
+) -> None:
+    # Compiles (the first masks are cheap), then exhausts the lexer's budget after some dozens of a's.
+    schema = {"type": "string", "pattern": "^(a{0,1000}){0,1000}$"}
+    body = {
+        "model": model_name,
+        "messages": messages(f'Repeat exactly: "{"a" * 300}"'),
+        "response_format": response_format(schema),
+        "max_tokens": 64,
+        "temperature": 0,
+    }
+    with ThreadPoolExecutor(2) as pool:
+        other = pool.submit(
+            client.chat.completions.create,
+            model=model_name,
+            messages=messages("Count from one to twenty."),
+            max_tokens=32,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
+        failed = httpx.post(f"{smollm2_server.url}/v1/chat/completions", json=body, timeout=120)
+        answered = other.result()
+    assert failed.status_code == 500
+    assert failed.json()["error"]["code"] == "generation_failed"
+    assert "constraint failed" in failed.json()["error"]["message"]
+    assert answered.choices[0].finish_reason == "length"
+    assert answered.usage is not None and answered.usage.completion_tokens == 32
     assert_serving(smollm2_server, client, model_name)
