@@ -1,9 +1,10 @@
 """Constrained output through llguidance: a JSON schema becomes a matcher that yields a token mask per step,
 applied as a sampler in llama.cpp's chain.
 
-Compiling is bounded: llguidance builds its lexer lazily under fuel limits, and the first mask is computed at
-compile time (off the event loop, by the caller's thread), so a schema whose regexes explode is refused with a
-400 instead of stalling the inference thread. A limit hit later, mid-generation, fails that request only.
+Compiling is bounded: llguidance builds its lexer lazily under fuel limits, and the compile (which the backend
+runs in a worker thread, off the event loop) computes the first mask and the one after the bytes the grammar
+forces at the start, so a schema whose regexes explode there is refused with a 400 instead of stalling the
+inference thread. A limit hit later, mid-generation, fails that request only (GenerationFailed).
 
 The sampler's C side holds a key, not a Python object: one set of ctypes callbacks, made once for the process,
 finds the constraint in a registry, and the chain's ``free`` of the sampler removes it from there. So nothing
