@@ -107,6 +107,7 @@ class HubStandIn:
         self._published_sizes: dict[tuple[str, str], int] = {}
         self._corrupt_offsets: dict[tuple[str, str], set[int]] = {}
         self._drops: dict[tuple[str, str], int] = {}
+        self._holds: dict[tuple[str, str], tuple[int, threading.Event]] = {}
         self._served: dict[tuple[str, str], int] = {}
         self._stopping = threading.Event()
         self._servers: list[_Server] = []
@@ -197,6 +198,22 @@ class HubStandIn:
         with self._lock:
             self._drops[key] = after_bytes
 
+    @contextmanager
+    def holding(self, repo_id: str, path: str, at_byte: int) -> Iterator[None]:
+        """While the block runs, every body of that file stops before byte ``at_byte`` and waits, its connection
+        open: a client is then certainly mid-transfer, whatever the machine's speed. Leaving the block lets the
+        held bodies go on, and later ones are not held."""
+        key = self._key(repo_id, path)
+        release = threading.Event()
+        with self._lock:
+            self._holds[key] = (at_byte, release)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holds.pop(key, None)
+            release.set()
+
     def corrupt(self, repo_id: str, path: str, offset: int) -> None:
         """Serve that file with the byte at ``offset`` flipped (xor 0xFF), from now on, in every body and range; the
         tree listing and headers still publish the true sha256 and size."""
@@ -255,6 +272,10 @@ class HubStandIn:
     def _published_size(self, repo_id: str, entry: _File) -> int:
         with self._lock:
             return self._published_sizes.get((repo_id, entry.path), entry.size)
+
+    def _hold(self, key: tuple[str, str]) -> tuple[int, threading.Event] | None:
+        with self._lock:
+            return self._holds.get(key)
 
     def _take_drop(self, key: tuple[str, str]) -> int | None:
         with self._lock:
@@ -509,6 +530,7 @@ class _Handler(BaseHTTPRequestHandler):
         standin = self.standin
         drop_after = standin._take_drop(key)
         corrupt = standin._corruption(key)
+        hold = standin._hold(key)
         sent = 0
         with _open(entry.source) as source:
             source.seek(start)
@@ -522,6 +544,15 @@ class _Handler(BaseHTTPRequestHandler):
                     n = min(n, max(1, rate // _WRITES_PER_SECOND))
                 if drop_after is not None:
                     n = min(n, drop_after - sent)
+                if hold is not None and not hold[1].is_set():
+                    at_byte, release = hold
+                    if start + sent >= at_byte:
+                        while not release.wait(0.1):
+                            if standin._stopping.is_set():
+                                self._cut()
+                                return
+                        continue
+                    n = min(n, at_byte - start - sent)
                 chunk = bytearray(source.read(n))
                 if len(chunk) != n:
                     raise OSError(f"{entry.path} changed on disk while being served")

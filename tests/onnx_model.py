@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from localinfer.models.store import Manifest, ModelStore
+from localinfer.quantize.builder import accuracy_level
 from localinfer.quantize.convert import CONVERTER_VERSION
 
 PRECISION = "int8"
@@ -39,7 +40,8 @@ def output_log(home: Path, name: str) -> Path:
 def converted_name(gguf: Manifest) -> str:
     digest = gguf.files[0].sha256 or f"{gguf.path}:{gguf.size}"
     version = importlib.metadata.version("onnxruntime-genai")
-    key = hashlib.sha256(f"{digest}|{PRECISION}|{version}|{CONVERTER_VERSION}".encode()).hexdigest()[:12]
+    level = accuracy_level(PRECISION, "cpu")  # this CPU's: a conversion made on another kind of CPU is redone
+    key = hashlib.sha256(f"{digest}|{PRECISION}|{version}|{CONVERTER_VERSION}|{level}".encode()).hexdigest()[:12]
     return PREFIX + key
 
 

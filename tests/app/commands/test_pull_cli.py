@@ -61,20 +61,19 @@ def sha256(path: Path) -> str:
 
 
 def interrupt_pull(hub: HubStandIn, env: dict[str, str], partial: Path, *, at_bytes: int, sig: int) -> str:
-    """Run ``localinfer pull`` of Gemma slowly, send ``sig`` once ``partial`` holds ``at_bytes``; its stderr."""
-    hub.rate_limit = 40_000_000
-    try:
+    """Run ``localinfer pull`` of Gemma with the Hub holding the transfer open 1 MiB past ``at_bytes``; send ``sig``
+    once ``partial`` holds ``at_bytes``, while the pull is certainly still downloading. Returns its stderr."""
+    with hub.holding(GEMMA_REPO, GEMMA_FILE, at_bytes + 1024 * 1024):
         process = subprocess.Popen(pull_command(GEMMA_REPO), env=env, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while (not partial.exists() or partial.stat().st_size < at_bytes) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while not partial.exists() or partial.stat().st_size < at_bytes:
             assert process.poll() is None, "the pull ended before it could be interrupted"
+            assert time.monotonic() < deadline, "the pull never reached the held byte"
             time.sleep(0.05)
         process.send_signal(sig)
         _, stderr = process.communicate(timeout=20)
-        assert process.returncode == (130 if sig == signal.SIGINT else -sig)
-        return stderr
-    finally:
-        hub.rate_limit = None
+    assert process.returncode == (130 if sig == signal.SIGINT else -sig), stderr
+    return stderr
 
 
 @pytest.mark.model
