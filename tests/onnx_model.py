@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 from localinfer.models.store import Manifest, ModelStore
-from localinfer.quantize.builder import accuracy_level
 from localinfer.quantize.convert import CONVERTER_VERSION
 
 PRECISION = "int8"
@@ -40,8 +39,7 @@ def output_log(home: Path, name: str) -> Path:
 def converted_name(gguf: Manifest) -> str:
     digest = gguf.files[0].sha256 or f"{gguf.path}:{gguf.size}"
     version = importlib.metadata.version("onnxruntime-genai")
-    level = accuracy_level(PRECISION, "cpu")  # this CPU's: a conversion made on another kind of CPU is redone
-    key = hashlib.sha256(f"{digest}|{PRECISION}|{version}|{CONVERTER_VERSION}|{level}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{digest}|{PRECISION}|{version}|{CONVERTER_VERSION}".encode()).hexdigest()[:12]
     return PREFIX + key
 
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import platform
 import re
 import subprocess
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 
 from localinfer.errors import ConvertError
-from localinfer.hardware.cpu import parse_cpuinfo
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 
 BUILDER_MODULE = "onnxruntime_genai.models.builder"
@@ -93,9 +90,6 @@ def build(
     if config_folder is not None:
         command += ["-m", str(config_folder)]
     command += ["-p", precision, "-e", target, "-c", str(work / "cache"), "--extra_options", "hf_token=false"]
-    level = accuracy_level(precision, target)
-    if level is not None:
-        command.append(f"accuracy_level={level}")
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -135,31 +129,3 @@ def last_error(log_path: Path) -> str:
     lines = [line for line in lines if line]
     errors = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", line)]
     return (errors or lines or ["no output"])[-1][:400]
-
-
-# x86 CPUs whose int8 dot products do not saturate: VNNI (vpdpbusd) sums u8 x s8 products in 32 bits.
-_EXACT_INT8_FEATURES = frozenset({"avx512_vnni"})
-
-
-def accuracy_level(precision: str, target: str, cpu_features: Iterable[str] | None = None) -> int | None:
-    """The MatMulNBits accuracy level to build a CPU int8/int4 model with, or None for the builder's default.
-
-    The builder's CPU default (4) quantizes activations to int8. Without VNNI, ONNX Runtime's x86 kernels sum u8 x s8
-    products in 16 bits (vpmaddubsw), which can saturate: on an AVX2-only AMD EPYC the int8 SmolLM2 agreed with
-    llama.cpp on 5 of 32 greedy tokens, against 32 of 32 with VNNI. There the activations stay float32 (level 1),
-    which cannot saturate, at a cost in speed. ``cpu_features`` are this machine's unless given.
-    """
-    if target != "cpu" or precision not in {"int4", "int8"}:
-        return None
-    if platform.machine().lower() not in {"x86_64", "amd64"} and cpu_features is None:
-        return None
-    features = set(cpu_features) if cpu_features is not None else _this_cpu_features()
-    return 4 if features & _EXACT_INT8_FEATURES else 1
-
-
-def _this_cpu_features() -> set[str]:
-    """This machine's SIMD features from /proc/cpuinfo; none where it cannot be read (the safe level follows)."""
-    try:
-        return set(parse_cpuinfo(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")).features)
-    except OSError:
-        return set()
