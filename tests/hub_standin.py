@@ -201,8 +201,8 @@ class HubStandIn:
     @contextmanager
     def holding(self, repo_id: str, path: str, at_byte: int) -> Iterator[None]:
         """While the block runs, every body of that file stops before byte ``at_byte`` and waits, its connection
-        open: a client is then certainly mid-transfer, whatever the machine's speed. Leaving the block lets the
-        held bodies go on, and later ones are not held."""
+        open: a client is then certainly mid-transfer, whatever the machine's speed. Leaving the block cuts the
+        held bodies (so ``bytes_served`` stops moving), and later ones are not held."""
         key = self._key(repo_id, path)
         release = threading.Event()
         with self._lock:
@@ -547,11 +547,12 @@ class _Handler(BaseHTTPRequestHandler):
                 if hold is not None and not hold[1].is_set():
                     at_byte, release = hold
                     if start + sent >= at_byte:
-                        while not release.wait(0.1):
-                            if standin._stopping.is_set():
-                                self._cut()
-                                return
-                        continue
+                        # released or stopping, the held body is cut: its client was interrupted while it waited,
+                        # and bytes written to a dead socket would be counted as served, racing a test's count
+                        while not release.wait(0.1) and not standin._stopping.is_set():
+                            pass
+                        self._cut()
+                        return
                     n = min(n, at_byte - start - sent)
                 chunk = bytearray(source.read(n))
                 if len(chunk) != n:

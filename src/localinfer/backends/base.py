@@ -104,13 +104,10 @@ class Backend(ABC):
 
 
 def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> None:
-    """Refuse what a model of ``n_ctx`` tokens of context and ``n_vocab`` tokens cannot mean: more new tokens or a
-    longer repetition window than the context, a top-k beyond the vocabulary. Raises InvalidRequest naming the
-    field."""
-    if options.max_tokens is not None and options.max_tokens > n_ctx:
-        raise InvalidRequest(
-            f"max_tokens is {options.max_tokens} but the model's context holds {n_ctx} tokens", param="max_tokens"
-        )
+    """Refuse what a model of ``n_ctx`` tokens of context and ``n_vocab`` tokens cannot mean and would pay memory
+    for: a repetition window longer than the context, a top-k beyond the vocabulary. Raises InvalidRequest naming
+    the field. ``max_tokens`` past the context is not refused: editors ask for 4096 or more whatever the model, and
+    a generation ends with ``length`` when the context is full, as llama-server's and Ollama's do."""
     if options.sampling.repeat_last_n > n_ctx:
         raise InvalidRequest(
             f"repeat_last_n is {options.sampling.repeat_last_n} but the model's context holds {n_ctx} tokens",

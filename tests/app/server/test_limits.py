@@ -91,7 +91,6 @@ def test_too_many_json_values_is_a_400(server: Server) -> None:
     [
         ("repeat_last_n", 400_000_000),
         ("top_k", 10**9),
-        ("max_tokens", CTX + 1),
         ("stop", [str(i) for i in range(17)]),
         ("stop", "x" * 1000),
         ("seed", 2**70),
@@ -101,6 +100,18 @@ def test_every_number_out_of_range_is_a_400_naming_the_field(server: Server, fie
     body = json.dumps(chat(**{field: value})).encode()
     message = assert_openai_error(post(server, "/v1/chat/completions", body), 400)
     assert field in message
+
+
+def test_max_tokens_past_the_context_is_served_and_ends_with_length_when_the_context_fills(server: Server) -> None:
+    # what Continue and Cline send (4096 and more) whatever the model's context: served, as llama-server and Ollama do
+    body = chat(max_tokens=CTX * 4, ignore_eos=True)
+    body["messages"][0]["content"] = "word " * (CTX - 300)
+    answer = post(server, "/v1/chat/completions", json.dumps(body).encode())
+    assert answer.status_code == 200, answer.text
+    choice = answer.json()["choices"][0]
+    usage = answer.json()["usage"]
+    assert choice["finish_reason"] == "length"
+    assert usage["prompt_tokens"] + usage["completion_tokens"] <= CTX
 
 
 def test_a_prompt_longer_than_any_context_is_refused_without_being_tokenized(server: Server) -> None:

@@ -175,7 +175,8 @@ def test_errors_on_api_routes_are_in_ollamas_shape(managed: ManagedServer) -> No
     assert (no_model.status_code, no_model.json()) == (400, {"error": "model is required"})
     json_header = {**AUTH, "content-type": "application/json"}
     not_json = httpx.request("DELETE", f"{url}/api/delete", content=b"{", headers=json_header)
-    assert (not_json.status_code, not_json.json()) == (400, {"error": "the request body is not valid JSON"})
+    assert not_json.status_code == 400
+    assert not_json.json()["error"].startswith("the request body is not valid JSON: EOF while parsing")
     missing = httpx.request("DELETE", f"{url}/api/delete", json={"model": "nope"}, headers=AUTH)
     assert missing.status_code == 404
     assert missing.json()["error"].startswith("model 'nope' not found; ")
