@@ -115,6 +115,9 @@ def _real(path: Path) -> Path:
         return path
 
 
+LATEST_TAG = ":latest"
+
+
 class ServedModels:
     """The models a server answers for, by name only: what the library lists, and the model it was started with.
 
@@ -149,7 +152,20 @@ class ServedModels:
         return [served, *(m for m in self._library.list() if m.name not in hidden)]
 
     def resolve(self, ref: str) -> Manifest:
-        """The model named ``ref``; raises ModelNotFound for anything else, with the same message for every name."""
+        """The model named ``ref``, or by ``ref`` without an Ollama ``:latest`` tag (Open WebUI and Ollama's
+        clients append it to a name listed without a tag); raises ModelNotFound for anything else, with the same
+        message for every name."""
+        try:
+            return self._resolve(ref)
+        except ModelNotFound:
+            if not ref.endswith(LATEST_TAG) or ref == LATEST_TAG:
+                raise
+        try:
+            return self._resolve(ref.removesuffix(LATEST_TAG))
+        except ModelNotFound:
+            raise ModelNotFound(ref) from None
+
+    def _resolve(self, ref: str) -> Manifest:
         served = self._served_model()
         if served is not None and ref == served.name:
             return served

@@ -60,6 +60,7 @@ def create_app(
     app = FastAPI(title="localinfer", version=__version__, lifespan=lifespan)
     app.state.engine = engine
     app.state.client = client
+    app.state.default_model = preload.name if preload is not None else None  # for requests that name no model
     app.include_router(openai_router)
     app.include_router(ollama_router)
     app.add_middleware(EngineRelay, relay_for=engine.relay)  # models vLLM serves: their OpenAI routes as they are

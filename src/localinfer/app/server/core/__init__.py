@@ -1,0 +1,1 @@
+"""What every dialect shares: which model a request means, and the stream writers."""
