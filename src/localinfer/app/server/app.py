@@ -1,6 +1,7 @@
 """The FastAPI app factory: dialect routers, /health, and the error handlers that use the one error table.
 
-Errors on Ollama's routes (``/api/*``) come back in Ollama's shape, ``{"error": "..."}``; everywhere else in
+Errors come back in the shape of the dialect the route speaks (``core/dialect.py``): Ollama's (``/api/*``),
+``{"error": "..."}``; llama.cpp's native routes', ``{"error": {"code", "message", "type"}}``; everywhere else
 OpenAI's.
 """
 
@@ -16,8 +17,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localinfer import __version__
+from localinfer.app.server.core.dialect import dialect_for
 from localinfer.app.server.disconnect import ClientDisconnected, client_disconnected_response
-from localinfer.app.server.errors import headers_for, ollama_error, ollama_error_body, openai_error, openai_error_body
+from localinfer.app.server.errors import error_body_for, error_for, headers_for
 from localinfer.app.server.guard import AccessGuard, AccessPolicy
 from localinfer.app.server.limits import BodyLimits
 from localinfer.app.server.ollama.routes import router as ollama_router
@@ -84,7 +86,7 @@ def create_app(
 
     @app.exception_handler(LocalInferError)
     async def on_localinfer_error(request: Request, exc: LocalInferError) -> JSONResponse:
-        status, body = ollama_error(exc) if _is_ollama(request) else openai_error(exc)
+        status, body = error_for(dialect_for(request.url.path), exc)
         return JSONResponse(body, status_code=status, headers=headers_for(exc))
 
     @app.exception_handler(ClientDisconnected)
@@ -100,19 +102,11 @@ def create_app(
             message, param = "the request body is not valid JSON", None
         else:
             message = f"{param or 'body'}: {first.get('msg', 'invalid value')}"
-        if _is_ollama(request):
-            return JSONResponse(ollama_error_body(message), status_code=400)
-        return JSONResponse(openai_error_body(message, "invalid_request_error", param=param), status_code=400)
+        return JSONResponse(error_body_for(dialect_for(request.url.path), 400, message, param=param), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if _is_ollama(request):
-            return JSONResponse(ollama_error_body(str(exc.detail)), status_code=exc.status_code)
-        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return JSONResponse(openai_error_body(str(exc.detail), kind), status_code=exc.status_code)
+        body = error_body_for(dialect_for(request.url.path), exc.status_code, str(exc.detail))
+        return JSONResponse(body, status_code=exc.status_code)
 
     return app
-
-
-def _is_ollama(request: Request) -> bool:
-    return request.url.path.startswith("/api/")

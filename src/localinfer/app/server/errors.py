@@ -1,12 +1,14 @@
-"""The one table that maps localinfer errors to HTTP statuses, and the OpenAI and Ollama error shapes.
+"""The one table that maps localinfer errors to HTTP statuses, and the OpenAI, Ollama and llama.cpp error shapes.
 
-Other dialects (Ollama, llama.cpp) reuse ``status_for`` and only change the body's shape.
+Other dialects (Ollama, llama.cpp) reuse ``status_for`` and only change the body's shape; ``error_for`` and
+``error_body_for`` pick the shape by dialect (``core/dialect.py`` says which a route speaks).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from localinfer.app.server.core.dialect import Dialect
 from localinfer.errors import (
     ContextLengthExceeded,
     DiskFull,
@@ -97,3 +99,53 @@ def ollama_error_body(message: str) -> dict[str, Any]:
 def ollama_error(exc: LocalInferError) -> tuple[int, dict[str, Any]]:
     """The status and Ollama-shaped body for ``exc``."""
     return status_for(exc), ollama_error_body(user_message(exc))
+
+
+# llama-server's error types by status (tools/server/server-common.cpp, format_error_response); a prompt past the
+# context has its own type, with the numbers.
+LLAMACPP_TYPES: dict[int, str] = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    501: "not_supported_error",
+    503: "unavailable_error",
+}
+
+
+def llamacpp_error_body(message: str, status: int, kind: str | None = None) -> dict[str, Any]:
+    """llama-server's error shape: ``{"error": {"code": <status>, "message": ..., "type": ...}}``, the type from
+    the status unless ``kind`` is given."""
+    kind = kind or LLAMACPP_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    return {"error": {"code": status, "message": message, "type": kind}}
+
+
+def llamacpp_error(exc: LocalInferError) -> tuple[int, dict[str, Any]]:
+    """The status and llama.cpp-shaped body for ``exc``."""
+    status = status_for(exc)
+    if isinstance(exc, ContextLengthExceeded):
+        body = llamacpp_error_body(user_message(exc), status, "exceed_context_size_error")
+        body["error"].update(n_prompt_tokens=exc.n_prompt, n_ctx=exc.n_ctx)
+        return status, body
+    return status, llamacpp_error_body(user_message(exc), status)
+
+
+def error_for(dialect: Dialect, exc: LocalInferError) -> tuple[int, dict[str, Any]]:
+    """The status and body for ``exc`` in ``dialect``'s shape."""
+    if dialect is Dialect.OLLAMA:
+        return ollama_error(exc)
+    if dialect is Dialect.LLAMACPP:
+        return llamacpp_error(exc)
+    return openai_error(exc)
+
+
+def error_body_for(
+    dialect: Dialect, status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """A body in ``dialect``'s shape for an error that is no LocalInferError (a body the server refuses to parse,
+    a validation failure, an unknown route): ``param`` and ``code`` are OpenAI's and only it shows them."""
+    if dialect is Dialect.OLLAMA:
+        return ollama_error_body(message)
+    if dialect is Dialect.LLAMACPP:
+        return llamacpp_error_body(message, status)
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return openai_error_body(message, kind, param=param, code=code)

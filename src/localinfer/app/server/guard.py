@@ -29,7 +29,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localinfer.app.server.auth import key_accepted, unauthorized
-from localinfer.app.server.errors import ollama_error, openai_error
+from localinfer.app.server.core.dialect import dialect_for
+from localinfer.app.server.errors import error_for
 from localinfer.errors import Forbidden, LocalInferError
 
 OPEN_PATHS: Final = frozenset({"/health"})
@@ -220,8 +221,8 @@ def _cors_headers(origin: str) -> dict[str, str]:
 
 
 def _refuse(exc: LocalInferError, path: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """``exc`` as an answer in the dialect of ``path``: Ollama's on ``/api/*``, OpenAI's elsewhere."""
-    status, body = ollama_error(exc) if path.startswith("/api/") else openai_error(exc)
+    """``exc`` as an answer in the dialect of ``path`` (``core/dialect.py``)."""
+    status, body = error_for(dialect_for(path), exc)
     return JSONResponse(body, status_code=status, headers=headers)
 
 

@@ -19,7 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from localinfer.app.server.errors import ollama_error_body, openai_error_body
+from localinfer.app.server.core.dialect import dialect_for
+from localinfer.app.server.errors import error_body_for
 
 MAX_JSON_VALUES: Final = 100_000  # far more than any request within a context needs; parses in tens of ms
 MAX_JSON_DEPTH: Final = 200  # pydantic-core's own recursion limit
@@ -101,11 +102,8 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str) -> None:
-    if scope["path"].startswith("/api/"):
-        body = ollama_error_body(message)
-    else:
-        kind = "invalid_request_error"
-        body = openai_error_body(message, kind, code="request_too_large" if status == 413 else "invalid_body")
+    code = "request_too_large" if status == 413 else "invalid_body"
+    body = error_body_for(dialect_for(scope["path"]), status, message, code=code)
     await JSONResponse(body, status_code=status, headers={"Connection": "close"})(scope, receive, send)
 
 

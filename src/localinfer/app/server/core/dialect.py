@@ -1,0 +1,40 @@
+"""Which dialect a request speaks, from its path alone: the one place that decides which error shape it gets.
+
+Ollama's routes live under ``/api/``; llama.cpp's native ones (``/completion``, ``/infill``, ``/tokenize``...)
+at the root, as llama-server serves them; everything else (``/v1/...``, unknown paths) speaks OpenAI's.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Final
+
+
+class Dialect(Enum):
+    OPENAI = "openai"
+    OLLAMA = "ollama"
+    LLAMACPP = "llamacpp"
+
+
+# llama-server's native routes (tools/server/server.cpp), with and without their trailing 's' where it has both.
+LLAMACPP_PATHS: Final = frozenset(
+    {
+        "/completion",
+        "/completions",
+        "/infill",
+        "/tokenize",
+        "/detokenize",
+        "/props",
+        "/slots",
+        "/metrics",
+    }
+)
+
+
+def dialect_for(path: str) -> Dialect:
+    """The dialect whose error shape a request to ``path`` is answered in."""
+    if path.startswith("/api/"):
+        return Dialect.OLLAMA
+    if path.rstrip("/") in LLAMACPP_PATHS:
+        return Dialect.LLAMACPP
+    return Dialect.OPENAI
