@@ -1,6 +1,7 @@
 """Ollama's model-management routes, in Ollama's JSON shapes, so Ollama clients can list, pull and delete models.
 
-- ``GET /api/version``: ``{"version": "<localinfer version>"}``.
+- ``GET /api/version``: ``{"version": "0.12.6", "localinfer": "<localinfer version>"}``: the Ollama API level these
+  routes speak (clients gate features on it), and localinfer's own version.
 - ``GET /api/tags``: every model the engine can serve, ``{"models": [{name, model, modified_at, size, digest,
   details}]}``. ``digest`` is the main file's sha256 when its name says it (a store blob ``sha256-<hex>``, a
   Hugging Face cache blob, an Ollama blob), else ``""``. ``details`` come from a GGUF file's header or a folder's
@@ -28,7 +29,6 @@ through the ``LocalClient`` in ``app.state.client``; a server built without one 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -41,16 +41,18 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localinfer import __version__
+from localinfer.app.server.core.streams import ndjson_line
 from localinfer.app.server.errors import ollama_error_body, user_message
 from localinfer.app.server.limits import FastJSONRoute
+from localinfer.app.server.ollama.details import model_details, read_facts
 from localinfer.app.server.ollama.wire import DeleteBody, PullBody, json_body
-from localinfer.backends.folder_facts import FolderFacts, cached_folder_facts
+from localinfer.backends.folder_facts import FolderFacts
 from localinfer.client.base import LoadedModelStatus
 from localinfer.client.local import LocalClient
 from localinfer.errors import LocalInferError
-from localinfer.models.gguf import GGUFInfo, cached_gguf_info
+from localinfer.models.gguf import GGUFInfo
 from localinfer.progress import ProgressEvent
-from localinfer.types import OLLAMA_FORMAT_NAMES, ModelInfo
+from localinfer.types import ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,9 @@ router = APIRouter(prefix="/api", route_class=FastJSONRoute)
 NDJSON = "application/x-ndjson"
 NOT_AVAILABLE = "model management is not available on this server"
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# The Ollama release whose API these routes speak: clients gate features on it (Copilot Chat's Ollama provider
+# refuses a server below 0.6.4); localinfer's own version is given beside it.
+OLLAMA_API_VERSION = "0.12.6"
 _KEEP_LOADED = timedelta(days=365 * 100)  # no keep-alive: loaded until unloaded
 
 DeleteJSON = Annotated[DeleteBody, Depends(json_body(DeleteBody))]
@@ -73,7 +78,7 @@ def _client(request: Request) -> LocalClient:
 
 @router.get("/version")
 async def version() -> dict[str, str]:
-    return {"version": __version__}
+    return {"version": OLLAMA_API_VERSION, "localinfer": __version__}
 
 
 @router.get("/tags")
@@ -129,21 +134,21 @@ async def _progress_lines(
     """
     try:
         if first is not None and first.status != "success":
-            yield _line(_progress(first))
+            yield ndjson_line(_progress(first))
         if first is not None:
             async for event in events:
                 if event.status != "success":  # said once, last, in Ollama's exact shape
-                    yield _line(_progress(event))
+                    yield ndjson_line(_progress(event))
     except LocalInferError as exc:
-        yield _line(ollama_error_body(user_message(exc)))
+        yield ndjson_line(ollama_error_body(user_message(exc)))
         return
     except Exception as exc:  # the headers are sent: the stream's last line is all that can say it failed
         log.exception("pull failed")
-        yield _line(ollama_error_body(f"pull failed: {exc}"))
+        yield ndjson_line(ollama_error_body(f"pull failed: {exc}"))
         return
     finally:
         await events.aclose()
-    yield _line({"status": "success"})
+    yield ndjson_line({"status": "success"})
 
 
 def _progress(event: ProgressEvent) -> dict[str, Any]:
@@ -157,10 +162,6 @@ def _progress(event: ProgressEvent) -> dict[str, Any]:
     return line
 
 
-def _line(body: dict[str, Any]) -> str:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n"  # compact, as Ollama writes it
-
-
 def _tag(info: ModelInfo) -> dict[str, Any]:
     return {
         "name": info.name,
@@ -168,56 +169,23 @@ def _tag(info: ModelInfo) -> dict[str, Any]:
         "modified_at": _rfc3339(datetime.fromtimestamp(info.created, timezone.utc)),
         "size": info.size_bytes,
         "digest": _digest(info.path),
-        "details": _details(info, _facts(info)),
+        "details": model_details(info, read_facts(info)),
     }
 
 
 def _running(loaded: LoadedModelStatus, info: ModelInfo | None, expires_at: str) -> dict[str, Any]:
-    facts = _facts(info) if info is not None else None
+    facts = read_facts(info) if info is not None else None
     size = loaded.size_bytes or (info.size_bytes if info is not None else 0)
     return {
         "name": loaded.name,
         "model": loaded.name,
         "size": size,
         "digest": _digest(info.path) if info is not None else "",
-        "details": _details(info, facts),
+        "details": model_details(info, facts),
         "expires_at": expires_at,
         "size_vram": _size_vram(size, loaded.gpu_layers, facts),
         "context_length": loaded.context_length,
     }
-
-
-def _details(info: ModelInfo | None, facts: GGUFInfo | FolderFacts | None) -> dict[str, Any]:
-    return {
-        "parent_model": "",
-        "format": OLLAMA_FORMAT_NAMES.get(info.format, info.format) if info is not None else "",
-        "family": _family(facts),
-        "families": None,
-        "parameter_size": _parameter_size(facts),
-        "quantization_level": (info.quantization if info is not None else None)
-        or (facts.quantization if facts is not None else None)
-        or "",
-    }
-
-
-def _family(facts: GGUFInfo | FolderFacts | None) -> str:
-    """The architecture as GGUF files name it (``llama``, ``qwen2``); ``""`` when unknown."""
-    if isinstance(facts, FolderFacts):
-        return facts.family or facts.architecture or ""
-    return facts.architecture if facts is not None else ""
-
-
-def _parameter_size(facts: GGUFInfo | FolderFacts | None) -> str:
-    """``135M``, ``7.6B``: a GGUF file's size label, else the parameter count; ``""`` when neither is known."""
-    if facts is None:
-        return ""
-    if isinstance(facts, GGUFInfo) and facts.size_label:
-        return facts.size_label
-    if not facts.parameters:
-        return ""
-    if facts.parameters >= 1_000_000_000:
-        return f"{facts.parameters / 1e9:.1f}B"
-    return f"{facts.parameters / 1e6:.0f}M"
 
 
 def _size_vram(size: int, gpu_layers: int, facts: GGUFInfo | FolderFacts | None) -> int:
@@ -228,17 +196,6 @@ def _size_vram(size: int, gpu_layers: int, facts: GGUFInfo | FolderFacts | None)
     if layers is None or gpu_layers >= layers:
         return size
     return size * gpu_layers // layers
-
-
-def _facts(info: ModelInfo) -> GGUFInfo | FolderFacts | None:
-    """What the model's files say (a GGUF header, or a folder's config); None when they cannot be read."""
-    if not info.path:
-        return None
-    model = Path(info.path)
-    try:
-        return cached_gguf_info(model) if info.format == "gguf" else cached_folder_facts(model)
-    except (LocalInferError, OSError):
-        return None
 
 
 def _digest(path: str) -> str:

@@ -7,12 +7,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from localinfer.app.server.errors import finish_reason_for, openai_error
 from localinfer.errors import LocalInferError
-from localinfer.types import Timings, TokenChunk, TokenStream, Usage
+from localinfer.types import Timings, TokenStream, Usage
 
 
 def usage_body(usage: Usage | None) -> dict[str, Any] | None:
@@ -37,25 +37,6 @@ def timings_body(t: Timings | None) -> dict[str, Any] | None:
         "predicted_ms": round(t.predicted_ms, 3),
         "predicted_per_second": round(t.predicted_per_second, 2),
     }
-
-
-@dataclass
-class Collected:
-    """A whole generation gathered from its chunks."""
-
-    text: str = ""
-    last: TokenChunk = field(default_factory=lambda: TokenChunk(""))
-
-
-async def collect(chunks: TokenStream) -> Collected:
-    result = Collected()
-    parts: list[str] = []
-    async with aclosing(chunks):
-        async for chunk in chunks:
-            parts.append(chunk.text)
-            result.last = chunk
-    result.text = "".join(parts)
-    return result
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
-from localinfer.app.server.openai.responses import (
-    StreamHeader,
-    collect,
-    sse_stream,
-    timings_body,
-    usage_body,
-)
+from localinfer.app.server.openai.responses import StreamHeader, sse_stream, timings_body, usage_body
 from localinfer.app.server.openai.wire import ChatCompletionBody, CompletionBody
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
-from localinfer.types import Timings, TokenStream, Usage
+from localinfer.types import Timings, Usage
 
 router = APIRouter(
     prefix="/v1", route_class=FastJSONRoute
@@ -30,21 +25,6 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 def _engine(request: Request) -> Engine:
     engine: Engine = request.app.state.engine
     return engine
-
-
-async def _primed(stream: TokenStream) -> TokenStream:
-    """Run ``stream`` up to its first chunk now, so that a bad request fails before any byte is sent."""
-    first = await anext(stream)
-
-    async def replay() -> TokenStream:
-        try:
-            yield first
-            async for chunk in stream:
-                yield chunk
-        finally:
-            await stream.aclose()
-
-    return replay()
 
 
 def _model_card(name: str, created: int) -> dict[str, Any]:
@@ -83,7 +63,7 @@ class _ChatShape:
 @router.post("/chat/completions", response_model=None)
 async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONResponse | StreamingResponse:
     core = body.to_core()
-    stream = await unless_disconnected(request, _primed(_engine(request).chat(core)))
+    stream = await unless_disconnected(request, primed(_engine(request).chat(core)))
     header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
     if body.stream:
         events = sse_stream([stream], header, _ChatShape(), body.include_usage)
@@ -125,7 +105,7 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
     prompts = [c.prompt for c in cores]
     header = StreamHeader.new("text_completion", body.model, "cmpl")
     if body.stream:
-        first = await unless_disconnected(request, _primed(engine.complete(cores[0])))
+        first = await unless_disconnected(request, primed(engine.complete(cores[0])))
         streams = [first] + [engine.complete(c) for c in cores[1:]]
         events = sse_stream(streams, header, _CompletionShape(prompts, body.echo), body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)

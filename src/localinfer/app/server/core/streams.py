@@ -1,0 +1,50 @@
+"""What every dialect does with a token stream: start it before answering, gather it, or write it as NDJSON."""
+
+from __future__ import annotations
+
+import json
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from localinfer.types import TokenChunk, TokenStream
+
+
+async def primed(stream: TokenStream) -> TokenStream:
+    """Run ``stream`` up to its first chunk now, so that a bad request fails before any byte is sent (as an HTTP
+    status in the dialect's error shape, not as a stream's last event)."""
+    first = await anext(stream)
+
+    async def replay() -> TokenStream:
+        try:
+            yield first
+            async for chunk in stream:
+                yield chunk
+        finally:
+            await stream.aclose()
+
+    return replay()
+
+
+@dataclass
+class Collected:
+    """A whole generation gathered from its chunks: the text, and the last chunk (finish reason, usage, timings)."""
+
+    text: str = ""
+    last: TokenChunk = field(default_factory=lambda: TokenChunk(""))
+
+
+async def collect(chunks: TokenStream) -> Collected:
+    result = Collected()
+    parts: list[str] = []
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            parts.append(chunk.text)
+            result.last = chunk
+    result.text = "".join(parts)
+    return result
+
+
+def ndjson_line(body: dict[str, Any]) -> str:
+    """One NDJSON line, compact, as Ollama writes it."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n"
