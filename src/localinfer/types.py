@@ -24,7 +24,7 @@ class SamplingParams:
     top_k: int = 40
     min_p: float = 0.05
     repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
+    repeat_last_n: int = 64  # -1: the whole context
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
@@ -59,9 +59,13 @@ class ChatRequest:
 
 @dataclass(frozen=True)
 class CompletionRequest:
+    """A raw prompt. ``tokens``, when given, is the prompt already tokenized (llama-server's token-array prompt):
+    the model sees exactly those ids and ``prompt`` is ignored."""
+
     model: str
     prompt: str
     options: GenerationOptions = field(default_factory=GenerationOptions)
+    tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,8 @@ class GenerationRequest:
     """What a backend runs: a rendered prompt, how to sample, and when to stop.
 
     ``add_special`` lets the tokenizer add BOS when the model wants one; ``parse_special`` lets control tokens
-    written in the prompt (``<|im_start|>``) be tokens.
+    written in the prompt (``<|im_start|>``) be tokens. ``tokens``, when given, is the prompt already tokenized
+    and ``prompt`` is ignored (a backend that cannot take token ids refuses it).
     """
 
     request_id: str
@@ -77,6 +82,7 @@ class GenerationRequest:
     options: GenerationOptions
     add_special: bool = True
     parse_special: bool = True
+    tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,12 +131,14 @@ class Timings:
 
 @dataclass(frozen=True)
 class TokenChunk:
-    """A piece of generated text. The last chunk of a generation has ``finish_reason``, ``usage`` and ``timings``."""
+    """A piece of generated text. The last chunk of a generation has ``finish_reason``, ``usage`` and ``timings``,
+    and ``stop_word``: the stop string that ended it (None when it ended another way, or the backend cannot say)."""
 
     text: str
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     timings: Timings | None = None
+    stop_word: str | None = None
 
 
 @dataclass(frozen=True)

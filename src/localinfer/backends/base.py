@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,11 +104,14 @@ class Backend(ABC):
         return None
 
 
-def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> None:
-    """Refuse what a model of ``n_ctx`` tokens of context and ``n_vocab`` tokens cannot mean and would pay memory
+def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> GenerationOptions:
+    """``options`` for a model of ``n_ctx`` tokens of context and ``n_vocab`` tokens, with a ``repeat_last_n`` of
+    -1 (Ollama's "the whole context") made ``n_ctx``. Refuses what such a model cannot mean and would pay memory
     for: a repetition window longer than the context, a top-k beyond the vocabulary. Raises InvalidRequest naming
     the field. ``max_tokens`` past the context is not refused: editors ask for 4096 or more whatever the model, and
     a generation ends with ``length`` when the context is full, as llama-server's and Ollama's do."""
+    if options.sampling.repeat_last_n < 0:
+        options = dataclasses.replace(options, sampling=dataclasses.replace(options.sampling, repeat_last_n=n_ctx))
     if options.sampling.repeat_last_n > n_ctx:
         raise InvalidRequest(
             f"repeat_last_n is {options.sampling.repeat_last_n} but the model's context holds {n_ctx} tokens",
@@ -117,3 +121,4 @@ def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> Non
         raise InvalidRequest(
             f"top_k is {options.sampling.top_k} but the model's vocabulary has {n_vocab} tokens", param="top_k"
         )
+    return options

@@ -222,6 +222,11 @@ class Engine:
         models = [self._info(m) for m in infos.values()]
         return sorted(models, key=lambda m: (not m.loaded, m.name))
 
+    def describe(self, model: str) -> ModelInfo:
+        """The model named ``model``, loaded or not. Raises ModelNotFound."""
+        runner = self._runners.get(model)
+        return self._info(runner.manifest if runner is not None else self._models.resolve(model))
+
     def _info(self, manifest: Manifest) -> ModelInfo:
         runner = self._runners.get(manifest.name)
         loaded = runner is not None and runner.is_ready

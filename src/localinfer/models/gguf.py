@@ -249,14 +249,26 @@ def _parse(path: Path, buf: mmap.mmap, size: int) -> GGUFInfo:
     return _info(path, meta, size, tensors)
 
 
-def _parse_chat_template(path: Path, buf: mmap.mmap, size: int) -> str | None:
+def read_gguf_metadata(path: Path) -> dict[str, Scalar | None]:
+    """Every metadata key of the GGUF file at ``path`` with its value; arrays (the vocabulary, merges) are None.
+
+    Reads only the metadata, as ``read_chat_template`` does. Raises what ``read_chat_template`` raises.
+    """
+    return _read(Path(path), _parse_metadata)
+
+
+def _parse_metadata(path: Path, buf: mmap.mmap, size: int) -> dict[str, Scalar | None]:
     try:
         _, _, meta = _read_metadata(path, buf)
     except _Truncated:
         raise _truncated(path, size, None) from None
     except (ValueError, struct.error, UnicodeDecodeError) as exc:
         raise _unreadable(path, exc) from exc
-    template = meta.get(_CHAT_TEMPLATE)
+    return meta
+
+
+def _parse_chat_template(path: Path, buf: mmap.mmap, size: int) -> str | None:
+    template = _parse_metadata(path, buf, size).get(_CHAT_TEMPLATE)
     return template if isinstance(template, str) else None
 
 

@@ -44,10 +44,10 @@ def names(client: ollama.Client) -> list[str]:
 
 
 @pytest.mark.model
-def test_version_is_localinfers(managed: ManagedServer) -> None:
+def test_version_is_an_ollama_release_copilot_accepts_and_names_localinfers(managed: ManagedServer) -> None:
     reply = httpx.get(f"{managed.url}/api/version", headers=AUTH)
     assert reply.status_code == 200
-    assert reply.json() == {"version": __version__}
+    assert reply.json() == {"version": "0.12.6", "localinfer": __version__}
 
 
 @pytest.mark.model
@@ -194,6 +194,6 @@ def test_without_a_client_model_management_is_503(tmp_path: Path) -> None:
                 reply = await http.request(method, path, json={"model": SMOL_FILE})
                 assert reply.status_code == 503
                 assert reply.json() == {"error": "model management is not available on this server"}
-            assert (await http.get("/api/version")).json() == {"version": __version__}
+            assert (await http.get("/api/version")).json()["localinfer"] == __version__
 
     asyncio.run(scenario())

@@ -63,6 +63,22 @@ def test_n_above_one_is_400(client: openai.OpenAI, model_name: str) -> None:
     assert caught.value.param == "n"
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tools", [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]),
+        ("logit_bias", {"42": 100}),
+        ("logprobs", True),
+    ],
+)
+def test_a_field_that_would_change_the_answer_is_refused_never_dropped(
+    smollm2_server: Server, model_name: str, field: str, value: Any
+) -> None:
+    body = {"model": model_name, "messages": [{"role": "user", "content": "hi"}], field: value}
+    response = httpx.post(f"{smollm2_server.url}/v1/chat/completions", json=body)
+    assert assert_openai_error(response, 400, "invalid_request_error")["param"] == field
+
+
 def test_prompt_longer_than_the_context_is_400_with_the_numbers(client: openai.OpenAI, model_name: str) -> None:
     long_prompt = "hello " * 3000  # the test server runs with --ctx-size 2048
     with pytest.raises(openai.BadRequestError) as caught:

@@ -22,7 +22,9 @@ from localinfer.app.server.disconnect import ClientDisconnected, client_disconne
 from localinfer.app.server.errors import error_body_for, error_for, headers_for
 from localinfer.app.server.guard import AccessGuard, AccessPolicy
 from localinfer.app.server.limits import BodyLimits
+from localinfer.app.server.ollama.generation import router as ollama_generation_router
 from localinfer.app.server.ollama.routes import router as ollama_router
+from localinfer.app.server.ollama.show import router as ollama_show_router
 from localinfer.app.server.openai.routes import router as openai_router
 from localinfer.app.server.relay import EngineRelay
 from localinfer.client.local import LocalClient
@@ -65,6 +67,8 @@ def create_app(
     app.state.default_model = preload.name if preload is not None else None  # for requests that name no model
     app.include_router(openai_router)
     app.include_router(ollama_router)
+    app.include_router(ollama_generation_router)
+    app.include_router(ollama_show_router)
     app.add_middleware(EngineRelay, relay_for=engine.relay)  # models vLLM serves: their OpenAI routes as they are
     app.add_middleware(BodyLimits, max_bytes=max_body)  # after the key check, before the relay buffers a body
     policy = access or AccessPolicy()

@@ -52,8 +52,7 @@ class LlamaCppBackend(Backend):
 
     async def generate(self, request: GenerationRequest) -> TokenStream:
         model, loop = self._loaded()
-        options = request.options
-        check_bounds(options, n_ctx=model.n_ctx, n_vocab=lc.llama_vocab_n_tokens(model.vocab))
+        options = check_bounds(request.options, n_ctx=model.n_ctx, n_vocab=lc.llama_vocab_n_tokens(model.vocab))
         # a character is at least a byte: a prompt of more characters than the context's tokens could cover is too
         # long whatever it says, and is refused without tokenizing (or even encoding) megabytes
         fewest = -(-len(request.prompt) // self._longest_token)

@@ -7,14 +7,23 @@ that older clients send is accepted too.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.limits import parse_json
 from localinfer.errors import InvalidRequest
+from localinfer.types import (
+    ChatMessage,
+    ChatRequest,
+    CompletionRequest,
+    GenerationOptions,
+    ResponseFormat,
+    SamplingParams,
+)
 
 
 class _Wire(BaseModel):
@@ -63,3 +72,144 @@ def json_body(model: type[BodyT]) -> Callable[[Request], Awaitable[BodyT]]:
             raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from exc
 
     return parse
+
+
+class Options(_Wire):
+    """``options``: Ollama's sampling settings with Ollama's defaults. Runtime settings (``num_thread``,
+    ``num_gpu``, ``num_batch``, ``use_mmap``...) do not change the answer and are accepted and ignored, as are
+    unknown names (Ollama logs and ignores them). Those that would change the answer and that localinfer cannot
+    honour (``mirostat``, ``typical_p``) are a 400 naming them."""
+
+    num_ctx: int | None = Field(None, ge=1)
+    num_predict: int | None = None  # -1: no limit; -2: until the context is full
+    temperature: float = Field(0.8, ge=0.0)
+    top_p: float = Field(0.9, gt=0.0, le=1.0)
+    top_k: int = Field(40, ge=0)
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
+    stop: str | list[str] | None = None
+    repeat_penalty: float = Field(1.1, gt=0.0)
+    repeat_last_n: int = Field(64, ge=-1)  # -1: the whole context
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    typical_p: float = Field(1.0, gt=0.0, le=1.0)
+    mirostat: int = Field(0, ge=0, le=2)
+
+    def to_core(self, response_format: ResponseFormat) -> GenerationOptions:
+        if self.mirostat:
+            raise InvalidRequest("mirostat sampling is not supported", param="options.mirostat")
+        if self.typical_p < 1.0:
+            raise InvalidRequest("typical_p sampling is not supported", param="options.typical_p")
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        check_stops(stops, param="options.stop")
+        sampling = SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            repeat_penalty=self.repeat_penalty,
+            repeat_last_n=self.repeat_last_n,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            seed=None if self.seed is None or self.seed < 0 else self.seed,  # Ollama's -1: a random seed
+        )
+        max_tokens = self.num_predict if self.num_predict is not None and self.num_predict > 0 else None
+        return GenerationOptions(
+            sampling=sampling, max_tokens=max_tokens, stop=tuple(stops), response_format=response_format
+        )
+
+
+class _GenerationBody(ModelBody):
+    """What /api/chat and /api/generate share. ``stream`` defaults to true, as in Ollama."""
+
+    stream: bool = True
+    format: str | dict[str, Any] | None = None
+    options: Options = Field(default_factory=Options)
+    keep_alive: str | int | float | None = None  # accepted; models stay loaded while the server runs
+    think: bool | str | None = None  # accepted; these models do not think aloud
+    tools: list[dict[str, Any]] | None = None
+
+    def model_name(self) -> str | None:
+        return self.model or self.name
+
+    def _options(self) -> GenerationOptions:
+        if self.tools:
+            raise InvalidRequest(
+                "tools are not supported yet; /api/show lists no 'tools' capability for this model", param="tools"
+            )
+        return self.options.to_core(self._response_format())
+
+    def _response_format(self) -> ResponseFormat:
+        """``format``: ``"json"`` (a JSON object), a JSON schema object, or nothing (free text)."""
+        if self.format is None or self.format == "":
+            return ResponseFormat()
+        if self.format == "json":
+            return ResponseFormat("json_object")
+        if isinstance(self.format, dict):
+            return ResponseFormat("json_schema", self.format)
+        raise InvalidRequest(f'format must be "json" or a JSON schema, not {self.format!r}', param="format")
+
+
+class ChatMessageWire(_Wire):
+    role: str = Field(min_length=1)  # any role, as Ollama: the model's chat template decides what it accepts
+    content: str = ""
+    images: list[str] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+    def to_core(self) -> ChatMessage:
+        if self.images:
+            raise InvalidRequest("images are not supported: no model here can see them", param="messages.images")
+        if self.tool_calls:
+            raise InvalidRequest("tool calls are not supported yet", param="messages.tool_calls")
+        return ChatMessage(role=self.role, content=self.content)
+
+
+class ChatBody(_GenerationBody):
+    """``POST /api/chat``. No messages at all loads the model and answers ``done_reason: "load"``."""
+
+    messages: list[ChatMessageWire] = Field(default_factory=list)
+
+    def to_core(self, model: str) -> ChatRequest:
+        messages = tuple(m.to_core() for m in self.messages)
+        return ChatRequest(model=model, messages=messages, options=self._options())
+
+
+class GenerateBody(_GenerationBody):
+    """``POST /api/generate``. No prompt at all loads the model and answers ``done_reason: "load"``."""
+
+    prompt: str = ""
+    suffix: str = ""
+    system: str = ""
+    raw: bool = False
+    template: str = ""
+    context: list[int] | None = None
+    images: list[str] | None = None
+
+    def check(self) -> None:
+        """Refuse what would change the answer and cannot be honoured."""
+        if self.images:
+            raise InvalidRequest("images are not supported: no model here can see them", param="images")
+        if self.template:
+            raise InvalidRequest(
+                "a template in the request is not supported: the model's own chat template is used", param="template"
+            )
+        if self.context:
+            raise InvalidRequest(
+                "context (the token state of an earlier answer) is not supported; send the conversation to /api/chat",
+                param="context",
+            )
+
+    def chat(self, model: str) -> ChatRequest:
+        """The prompt (and system text) through the model's chat template, as Ollama does when ``raw`` is false."""
+        system = (ChatMessage("system", self.system),) if self.system else ()
+        return ChatRequest(model, (*system, ChatMessage("user", self.prompt)), self._options())
+
+    def completion(self, model: str) -> CompletionRequest:
+        """The prompt as it is (``raw``)."""
+        return CompletionRequest(model, self.prompt, self._options())
+
+
+class ShowBody(ModelBody):
+    """``POST /api/show``: the model, and ``verbose`` (accepted; arrays such as the vocabulary stay null)."""
+
+    verbose: bool = False

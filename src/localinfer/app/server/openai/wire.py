@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
 from localinfer.types import (
     ChatMessage,
@@ -18,9 +19,6 @@ from localinfer.types import (
     ResponseFormat,
     SamplingParams,
 )
-
-MAX_STOPS = 16
-MAX_STOP_LENGTH = 512  # each generated token is checked against every stop: bounded work per token
 
 
 class _Wire(BaseModel):
@@ -92,20 +90,21 @@ class _SamplingWire(_Wire):
     ignore_eos: bool = False
     cache_prompt: bool = True
     logprobs: bool | int | None = None
+    logit_bias: dict[str, float] | None = None
 
     def _check_supported(self) -> None:
+        """Fields that would change the answer and cannot be honoured are refused, never dropped."""
         if self.n != 1:
             raise InvalidRequest(f"n={self.n} is not supported: only one choice per request (n=1)", param="n")
         if self.logprobs:
             raise InvalidRequest("logprobs are not supported yet", param="logprobs")
+        if self.logit_bias:
+            raise InvalidRequest("logit_bias is not supported yet", param="logit_bias")
 
     def _options(self, max_tokens: int | None, response_format: ResponseFormat) -> GenerationOptions:
         self._check_supported()
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        if len(stops) > MAX_STOPS:
-            raise InvalidRequest(f"at most {MAX_STOPS} stop sequences are allowed", param="stop")
-        if any(len(stop) > MAX_STOP_LENGTH for stop in stops):
-            raise InvalidRequest(f"a stop sequence may have at most {MAX_STOP_LENGTH} characters", param="stop")
+        check_stops(stops, param="stop")
         sampling = SamplingParams(
             temperature=self.temperature,
             top_p=self.top_p,
@@ -135,8 +134,12 @@ class ChatCompletionBody(_SamplingWire):
     messages: list[MessageWire] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     response_format: ResponseFormatWire | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
 
     def to_core(self) -> ChatRequest:
+        if self.tools and self.tool_choice != "none":
+            raise InvalidRequest("tools are not supported yet: the model would answer in prose", param="tools")
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         response_format = self.response_format.to_core() if self.response_format else ResponseFormat()
         return ChatRequest(

@@ -1,0 +1,160 @@
+"""Ollama's generation routes, in Ollama's shapes and defaults, so Continue, Zed, Copilot Chat's Ollama provider,
+Open WebUI and the ``ollama`` client chat with localinfer unchanged.
+
+- ``POST /api/chat {"model", "messages", "stream", "format", "options", "keep_alive", "think"}``
+- ``POST /api/generate {"model", "prompt", "system", "raw", "suffix", "format", "options", ...}``: the prompt goes
+  through the model's chat template (with ``system``) unless ``raw``.
+
+``stream`` defaults to true: NDJSON lines ``{"model", "created_at", "message": {"role", "content"}, "done":
+false}`` (``"response"`` for /api/generate), then a last line with ``"done": true``, ``done_reason`` (``stop``,
+``length``) and the counts and durations (nanoseconds): ``total_duration``, ``load_duration``,
+``prompt_eval_count``, ``prompt_eval_duration``, ``eval_count``, ``eval_duration``. With ``"stream": false``, that
+last object alone, carrying the whole text. A request with no messages (or an empty prompt) loads the model and
+answers ``done_reason: "load"``. A request naming no model goes to the server's default one.
+
+Errors before the answer starts are HTTP statuses with ``{"error": "..."}``; an error after it started is the
+stream's last line, ``{"error": "..."}``, as Ollama sends it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from localinfer.app.server.core.model_name import requested_model
+from localinfer.app.server.core.streams import collect, ndjson_line, primed
+from localinfer.app.server.disconnect import unless_disconnected
+from localinfer.app.server.errors import finish_reason_for, ollama_error_body, user_message
+from localinfer.app.server.limits import FastJSONRoute
+from localinfer.app.server.ollama.wire import ChatBody, GenerateBody, json_body
+from localinfer.engine.engine import Engine
+from localinfer.errors import InvalidRequest, LocalInferError
+from localinfer.types import TokenChunk, TokenStream
+
+router = APIRouter(prefix="/api", route_class=FastJSONRoute)
+NDJSON = "application/x-ndjson"
+
+ChatJSON = Annotated[ChatBody, Depends(json_body(ChatBody))]
+GenerateJSON = Annotated[GenerateBody, Depends(json_body(GenerateBody))]
+
+Piece = Callable[[str], dict[str, Any]]  # the dialect's field for a piece of text: message or response
+
+
+def _engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
+
+
+def created_at() -> str:
+    """Now, as Ollama writes it: RFC 3339 in UTC with the fraction of a second."""
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class _Clock:
+    """A request's durations in nanoseconds, as Ollama reports them."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic_ns()
+        self.load = 0
+
+    async def load_model(self, engine: Engine, model: str) -> None:
+        before = time.monotonic_ns()
+        await engine.runner(model)
+        self.load = time.monotonic_ns() - before
+
+    def final(self, model: str, last: TokenChunk, piece: dict[str, Any]) -> dict[str, Any]:
+        usage, timings = last.usage, last.timings
+        return {
+            "model": model,
+            "created_at": created_at(),
+            **piece,
+            "done": True,
+            "done_reason": last.finish_reason or "stop",
+            "total_duration": time.monotonic_ns() - self.started,
+            "load_duration": self.load,
+            "prompt_eval_count": usage.prompt_tokens if usage else 0,
+            "prompt_eval_duration": int(timings.prompt_ms * 1e6) if timings else 0,
+            "eval_count": usage.completion_tokens if usage else 0,
+            "eval_duration": int(timings.predicted_ms * 1e6) if timings else 0,
+        }
+
+    def loaded(self, model: str, piece: dict[str, Any]) -> dict[str, Any]:
+        """The answer to a request that only loads the model."""
+        return {
+            "model": model,
+            "created_at": created_at(),
+            **piece,
+            "done": True,
+            "done_reason": "load",
+            "total_duration": time.monotonic_ns() - self.started,
+            "load_duration": self.load,
+        }
+
+
+def _message(text: str) -> dict[str, Any]:
+    return {"message": {"role": "assistant", "content": text}}
+
+
+def _response(text: str) -> dict[str, Any]:
+    return {"response": text}
+
+
+@router.post("/chat", response_model=None)
+async def chat(request: Request, body: ChatJSON) -> JSONResponse | StreamingResponse:
+    engine = _engine(request)
+    model = requested_model(request, body.model_name())
+    clock = _Clock()
+    core = body.to_core(model)  # a bad field is a 400 before the model loads
+    await unless_disconnected(request, clock.load_model(engine, model))
+    if not core.messages:
+        return JSONResponse(clock.loaded(model, _message("")))
+    return await _answer(request, engine.chat(core), body.stream, model, clock, _message)
+
+
+@router.post("/generate", response_model=None)
+async def generate(request: Request, body: GenerateJSON) -> JSONResponse | StreamingResponse:
+    engine = _engine(request)
+    model = requested_model(request, body.model_name())
+    clock = _Clock()
+    body.check()
+    if body.suffix:
+        raise InvalidRequest("suffix (fill-in-the-middle) is not supported yet", param="suffix")
+    stream = engine.complete(body.completion(model)) if body.raw else engine.chat(body.chat(model))
+    await unless_disconnected(request, clock.load_model(engine, model))
+    if not body.prompt:
+        await stream.aclose()
+        return JSONResponse(clock.loaded(model, _response("")))
+    return await _answer(request, stream, body.stream, model, clock, _response)
+
+
+async def _answer(
+    request: Request, stream: TokenStream, streaming: bool, model: str, clock: _Clock, piece: Piece
+) -> JSONResponse | StreamingResponse:
+    """The generation as NDJSON lines, or as one object with the whole text."""
+    started = await unless_disconnected(request, primed(stream))  # a bad request fails here, as an HTTP status
+    if streaming:
+        return StreamingResponse(_lines(started, model, clock, piece), media_type=NDJSON)
+    result = await unless_disconnected(request, collect(started))
+    return JSONResponse(clock.final(model, result.last, piece(result.text)))
+
+
+async def _lines(stream: TokenStream, model: str, clock: _Clock, piece: Piece) -> AsyncIterator[str]:
+    """One line per piece of text, then the final line with the counts; an error ends the stream with its line.
+    Closing this iterator (the client hung up) closes the generation, which frees its slot."""
+    try:
+        async for chunk in stream:
+            if chunk.finish_reason is not None:
+                if chunk.text:
+                    yield ndjson_line({"model": model, "created_at": created_at(), **piece(chunk.text), "done": False})
+                yield ndjson_line(clock.final(model, chunk, piece("")))
+            elif chunk.text:
+                yield ndjson_line({"model": model, "created_at": created_at(), **piece(chunk.text), "done": False})
+    except LocalInferError as exc:
+        yield ndjson_line({**ollama_error_body(user_message(exc)), "done_reason": finish_reason_for(exc)})
+    finally:
+        await stream.aclose()
