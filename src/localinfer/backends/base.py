@@ -40,6 +40,24 @@ class LoadSpec:
 
 
 @dataclass(frozen=True)
+class FimTokens:
+    """A model's fill-in-the-middle token ids, from its metadata; -1 where it declares none. ``rep`` and ``sep``
+    (repository name and file separator) give the repository-level layout with other files' text."""
+
+    pre: int = -1
+    suf: int = -1
+    mid: int = -1
+    pad: int = -1
+    rep: int = -1
+    sep: int = -1
+
+    @property
+    def can_infill(self) -> bool:
+        """The prefix, suffix and middle tokens are all there: a FIM prompt can be built."""
+        return self.pre >= 0 and self.suf >= 0 and self.mid >= 0
+
+
+@dataclass(frozen=True)
 class ModelFacts:
     """What the engine needs to know about a loaded model to build prompts for it, all from its metadata."""
 
@@ -56,6 +74,9 @@ class ModelFacts:
     threads: int = 0  # CPU threads decoding
     gpu_layers: int = 0  # layers offloaded to a GPU (the output layer counts as one)
     model_bytes: int = 0  # the weights' size in memory
+    fim: FimTokens = FimTokens()  # none for backends that do not read them (ONNX, vLLM)
+    bos_id: int = -1  # the BOS token's id, -1 when the model has none
+    n_batch: int = 512  # tokens one decode takes at most (llama-server's --batch-size; sizes the FIM prompt)
 
 
 @dataclass(frozen=True)

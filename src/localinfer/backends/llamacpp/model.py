@@ -13,7 +13,7 @@ from pathlib import Path
 
 import llama_cpp.llama_cpp as lc
 
-from localinfer.backends.base import LoadSpec, ModelFacts
+from localinfer.backends.base import FimTokens, LoadSpec, ModelFacts
 from localinfer.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -205,4 +205,19 @@ class LlamaModel:
             threads=self.threads,
             gpu_layers=self.gpu_layers,
             model_bytes=int(lc.llama_model_size(self.model)),
+            fim=self.fim_tokens(),
+            bos_id=int(bos),
+            n_batch=self.n_batch,
+        )
+
+    def fim_tokens(self) -> FimTokens:
+        """The fill-in-the-middle tokens llama.cpp read from the metadata (or found by their text); -1 where none."""
+        v = self.vocab
+        return FimTokens(
+            pre=int(lc.llama_vocab_fim_pre(v)),
+            suf=int(lc.llama_vocab_fim_suf(v)),
+            mid=int(lc.llama_vocab_fim_mid(v)),
+            pad=int(lc.llama_vocab_fim_pad(v)),
+            rep=int(lc.llama_vocab_fim_rep(v)),
+            sep=int(lc.llama_vocab_fim_sep(v)),
         )
