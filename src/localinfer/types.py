@@ -28,6 +28,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
+    infill: bool = False  # llama.cpp's infill sampler (llama-server's "infill" in samplers), after top-k/top-p/min-p
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,11 @@ class GenerationOptions:
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     ignore_eos: bool = False
     cache_prompt: bool = True  # llama-server's switch: False computes the whole prompt, ignoring a cached prefix
+    # max_tokens past the context: refused (a 400, as OpenAI and vLLM answer), or served until the context is full
+    # (as Ollama and llama-server do, and the TUI)
+    refuse_max_tokens_past_context: bool = False
+    n_indent: int = 0  # llama-server's: a line after the first, indented less than this, ends the text (cut there)
+    t_max_predict_ms: float = 0.0  # llama-server's: once generating took longer, the next line end ends the text
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,20 @@ class CompletionRequest:
     prompt: str
     options: GenerationOptions = field(default_factory=GenerationOptions)
     tokens: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class InfillRequest:
+    """Fill-in-the-middle: the text that goes between ``prefix`` and ``suffix``. ``extra`` holds other files as
+    ``(filename, text)`` chunks (context for models with a repository-level layout); ``prompt`` is text that
+    continues the prefix, already typed (llama-server's ``prompt``)."""
+
+    model: str
+    prefix: str
+    suffix: str
+    extra: tuple[tuple[str, str], ...] = ()
+    prompt: str = ""
+    options: GenerationOptions = field(default_factory=GenerationOptions)
 
 
 @dataclass(frozen=True)

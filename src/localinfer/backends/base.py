@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -20,6 +21,7 @@ class Capabilities:
     formats: tuple[str, ...]
     grammar: bool = False
     batching: bool = False
+    token_prompts: bool = False  # takes a prompt as token ids (GenerationRequest.tokens)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,27 @@ class SlotUsage:
         return SlotUsage(self.processing + other.processing, self.idle + other.idle, self.waiting + other.waiting)
 
 
+@dataclass(frozen=True)
+class SlotInfo:
+    """One slot of a backend that has them (llama-server's ``/slots``): its context, whether a request holds it,
+    the tokens in its cache, and the prompt and generated tokens of the request it serves."""
+
+    id: int
+    n_ctx: int
+    is_processing: bool
+    n_cached: int = 0
+    n_prompt: int = 0
+    n_decoded: int = 0
+
+
+@dataclass(frozen=True)
+class TokenPiece:
+    """A token id and the bytes it stands for (a piece may be part of a UTF-8 character)."""
+
+    id: int
+    piece: bytes
+
+
 class Backend(ABC):
     """One loaded model. ``generate`` streams chunks; closing the iterator early aborts the request."""
 
@@ -118,6 +141,19 @@ class Backend(ABC):
     def slot_usage(self) -> SlotUsage:
         """How many requests are generating and waiting right now."""
 
+    async def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """``text`` as the model's token ids. Raises InvalidRequest where the backend cannot say."""
+        raise InvalidRequest(f"tokenizing is not supported by the {self.name} backend")
+
+    async def detokenize(self, tokens: Sequence[int]) -> list[TokenPiece]:
+        """Each of ``tokens`` with the bytes it stands for. Raises InvalidRequest for an id outside the
+        vocabulary, or where the backend cannot say."""
+        raise InvalidRequest(f"detokenizing is not supported by the {self.name} backend")
+
+    def slots(self) -> list[SlotInfo]:
+        """What each slot does now; empty for a backend without slots of its own."""
+        return []
+
     @property
     def relay(self) -> EngineProxy | None:
         """For a backend that runs its model in an engine process with its own OpenAI server (vLLM): the proxy
@@ -128,9 +164,13 @@ class Backend(ABC):
 def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> GenerationOptions:
     """``options`` for a model of ``n_ctx`` tokens of context and ``n_vocab`` tokens, with a ``repeat_last_n`` of
     -1 (Ollama's "the whole context") made ``n_ctx``. Refuses what such a model cannot mean and would pay memory
-    for: a repetition window longer than the context, a top-k beyond the vocabulary. Raises InvalidRequest naming
-    the field. ``max_tokens`` past the context is not refused: editors ask for 4096 or more whatever the model, and
-    a generation ends with ``length`` when the context is full, as llama-server's and Ollama's do."""
+    for: a repetition window longer than the context, a top-k beyond the vocabulary; and ``max_tokens`` past the
+    context where the dialect refuses it (OpenAI's, as OpenAI and vLLM do; Ollama's and llama.cpp's serve it until
+    the context is full, as Ollama and llama-server do). Raises InvalidRequest naming the field."""
+    if options.refuse_max_tokens_past_context and options.max_tokens is not None and options.max_tokens > n_ctx:
+        raise InvalidRequest(
+            f"max_tokens is {options.max_tokens} but the model's context holds {n_ctx} tokens", param="max_tokens"
+        )
     if options.sampling.repeat_last_n < 0:
         options = dataclasses.replace(options, sampling=dataclasses.replace(options.sampling, repeat_last_n=n_ctx))
     if options.sampling.repeat_last_n > n_ctx:

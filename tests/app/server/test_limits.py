@@ -91,6 +91,7 @@ def test_too_many_json_values_is_a_400(server: Server) -> None:
     [
         ("repeat_last_n", 400_000_000),
         ("top_k", 10**9),
+        ("max_tokens", CTX + 1),
         ("stop", [str(i) for i in range(17)]),
         ("stop", "x" * 1000),
         ("seed", 2**70),
@@ -102,16 +103,19 @@ def test_every_number_out_of_range_is_a_400_naming_the_field(server: Server, fie
     assert field in message
 
 
-def test_max_tokens_past_the_context_is_served_and_ends_with_length_when_the_context_fills(server: Server) -> None:
-    # what Continue and Cline send (4096 and more) whatever the model's context: served, as llama-server and Ollama do
-    body = chat(max_tokens=CTX * 4, ignore_eos=True)
-    body["messages"][0]["content"] = "word " * (CTX - 300)
-    answer = post(server, "/v1/chat/completions", json.dumps(body).encode())
+def test_num_predict_past_the_context_is_served_on_ollamas_route_and_ends_with_length(server: Server) -> None:
+    # Ollama (and llama-server) serve any num_predict until the context is full; OpenAI's route refuses it (above)
+    body = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "word " * (CTX - 300)}],
+        "options": {"num_predict": CTX * 4, "temperature": 0},
+        "stream": False,
+    }
+    answer = httpx.post(f"{server.url}/api/chat", content=json.dumps(body).encode(), timeout=300)
     assert answer.status_code == 200, answer.text
-    choice = answer.json()["choices"][0]
-    usage = answer.json()["usage"]
-    assert choice["finish_reason"] == "length"
-    assert usage["prompt_tokens"] + usage["completion_tokens"] <= CTX
+    final = answer.json()
+    assert final["done_reason"] in ("stop", "length")
+    assert final["prompt_eval_count"] + final["eval_count"] <= CTX
 
 
 def test_a_prompt_longer_than_any_context_is_refused_without_being_tokenized(server: Server) -> None:

@@ -123,6 +123,7 @@ class _SamplingWire(_Wire):
             response_format=response_format,
             ignore_eos=self.ignore_eos,
             cache_prompt=self.cache_prompt,
+            refuse_max_tokens_past_context=True,  # as OpenAI and vLLM do
         )
 
     @property
