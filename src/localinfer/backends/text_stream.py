@@ -10,6 +10,8 @@ import codecs
 
 
 class TextStream:
+    limited = False  # ended by a limit on the text (line_limits.py) rather than a stop string
+
     def __init__(self, stop: tuple[str, ...]) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stop = tuple(s for s in stop if s)

@@ -9,12 +9,12 @@ import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage, check_bounds
 from localinfer.backends.chunks import ChunkQueue, relay
+from localinfer.backends.line_limits import text_stream_for
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import build_sampler
 from localinfer.backends.llamacpp.step_loop import StepLoop
-from localinfer.backends.text_stream import TextStream
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
 from localinfer.types import GenerationRequest, TokenStream
 
@@ -69,7 +69,7 @@ class LlamaCppBackend(Backend):
         constraint = None
         if options.response_format.type != "text" and self._constraints is not None:
             constraint = await asyncio.to_thread(self._constraints.compile, options.response_format)
-        sampler = build_sampler(lc.llama_vocab_n_tokens(model.vocab), options.sampling, constraint)
+        sampler = build_sampler(lc.llama_vocab_n_tokens(model.vocab), options.sampling, constraint, vocab=model.vocab)
         chunks: ChunkQueue = asyncio.Queue()
         job = Job(
             request_id=request.request_id,
@@ -79,7 +79,7 @@ class LlamaCppBackend(Backend):
             ignore_eos=options.ignore_eos,
             cache_prompt=options.cache_prompt,
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
-            text=constraint.text_stream(options.stop) if constraint else TextStream(options.stop),
+            text=constraint.text_stream(options.stop) if constraint else text_stream_for(options),
         )
         loop.submit(job)  # raises QueueFull (and frees the sampler) when the slots and the queue are taken
         try:

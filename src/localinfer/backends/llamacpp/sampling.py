@@ -10,9 +10,15 @@ from localinfer.backends.llamacpp.constraint import Constraint
 from localinfer.types import SamplingParams
 
 
-def build_sampler(n_vocab: int, params: SamplingParams, constraint: Constraint | None = None) -> lc.llama_sampler_p:
+def build_sampler(
+    n_vocab: int,
+    params: SamplingParams,
+    constraint: Constraint | None = None,
+    *,
+    vocab: lc.llama_vocab_p | None = None,
+) -> lc.llama_sampler_p:
     """A sampler chain: the constraint's mask, penalties, then greedy (temperature 0) or
-    top-k/top-p/min-p/temperature/dist.
+    top-k/top-p/min-p/infill/temperature/dist. The infill sampler (``params.infill``) needs the model's ``vocab``.
 
     The caller owns the chain and frees it with ``lc.llama_sampler_free``, which frees the constraint's sampler.
     """
@@ -39,6 +45,10 @@ def build_sampler(n_vocab: int, params: SamplingParams, constraint: Constraint |
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(params.top_p, 1))
     if params.min_p > 0:
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_min_p(params.min_p, 1))
+    if params.infill:
+        if vocab is None:
+            raise ValueError("the infill sampler needs the model's vocabulary")
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_infill(vocab))
     lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(params.temperature))
     seed = lc.LLAMA_DEFAULT_SEED if params.seed is None else params.seed & 0xFFFFFFFF
     lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed))

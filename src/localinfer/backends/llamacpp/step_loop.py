@@ -192,7 +192,7 @@ class StepLoop:
             self._release(slot)
             return
         if job.text.stopped:
-            self._finish(slot, "stop")
+            self._finish(slot, "length" if job.text.limited else "stop")
         elif job.reached_max_tokens() or len(slot.cached) + 1 >= model.n_ctx:
             self._finish(slot, "length")
         else:
