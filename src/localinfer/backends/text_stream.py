@@ -17,17 +17,20 @@ class TextStream:
         self._stop = tuple(s for s in stop if s)
         self._pending = ""
         self.stopped = False
+        self.stop_word: str | None = None  # the stop string that ended the text, once one did
 
     def push(self, data: bytes) -> str:
-        """Add one token's bytes; return the text that is now safe to send. Sets ``stopped`` on a stop string."""
+        """Add one token's bytes; return the text that is now safe to send. Sets ``stopped`` (and ``stop_word``)
+        on a stop string."""
         if self.stopped:
             return ""
         self._pending += self._decoder.decode(data)
         if not self._stop:
             out, self._pending = self._pending, ""
             return out
-        cut = min((i for i in (self._pending.find(s) for s in self._stop) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, stop) for stop in self._stop if (i := self._pending.find(stop)) >= 0]
+        if found:
+            cut, self.stop_word = min(found)
             self.stopped = True
             out, self._pending = self._pending[:cut], ""
             return out

@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 import uuid
+from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from localinfer.backends.base import Backend, LoadSpec, ModelFacts, SlotUsage
+from localinfer.backends.base import Backend, LoadSpec, ModelFacts, SlotInfo, SlotUsage, TokenPiece
 from localinfer.config import Settings
 from localinfer.engine.backends import (
     DEFAULT_BACKENDS,
@@ -27,8 +29,9 @@ from localinfer.engine.backends import (
     trained_context,
 )
 from localinfer.engine.inflight import InFlight
+from localinfer.engine.metrics import EngineMetrics
 from localinfer.engine.templates import ChatTemplate
-from localinfer.errors import LocalInferError, ModelLoadError, ModelNotReady, ServerShuttingDown
+from localinfer.errors import InvalidRequest, LocalInferError, ModelLoadError, ModelNotReady, ServerShuttingDown
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.store import Manifest, ModelSource
@@ -80,6 +83,7 @@ class Engine:
         self._shutting_down = False
         self._in_flight = InFlight()
         self._closing = asyncio.Lock()
+        self.metrics = EngineMetrics(self._usage_by_model)
 
     def _load_spec(self, manifest: Manifest, ctx_size: int | None, *, explain: bool = True) -> LoadSpec:
         s = self._settings
@@ -215,6 +219,29 @@ class Engine:
     def slot_usage(self) -> SlotUsage:
         return sum((r.backend.slot_usage() for r in self._runners.values() if r.ready.done()), SlotUsage())
 
+    def _usage_by_model(self) -> dict[str, SlotUsage]:
+        return {name: r.backend.slot_usage() for name, r in list(self._runners.items()) if r.is_ready}
+
+    async def facts(self, model: str) -> ModelFacts:
+        """What the loaded ``model`` is (context, slots, chat template), loading it on first use."""
+        return (await self.runner(model)).backend.facts
+
+    def slots(self, model: str) -> list[SlotInfo]:
+        """What each slot of ``model`` does now; empty when it is not loaded or its backend has no slots."""
+        runner = self._runners.get(model)
+        return runner.backend.slots() if runner is not None and runner.is_ready else []
+
+    async def tokenize(self, model: str, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """``text`` as ``model``'s token ids. Raises InvalidRequest where its backend cannot tokenize."""
+        runner = await self.runner(model)
+        return await runner.backend.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    async def detokenize(self, model: str, tokens: Sequence[int]) -> list[TokenPiece]:
+        """Each of ``tokens`` with the bytes it stands for in ``model``. Raises InvalidRequest for an id outside
+        its vocabulary."""
+        runner = await self.runner(model)
+        return await runner.backend.detokenize(tokens)
+
     def models(self) -> list[ModelInfo]:
         """Every model the engine can serve, with whether each is loaded: loaded ones first, then by name."""
         infos = {m.name: m for m in self._models.list()}
@@ -263,6 +290,7 @@ class Engine:
         return True
 
     async def chat(self, request: ChatRequest) -> TokenStream:
+        started = time.perf_counter()
         runner = await self.runner(request.model)
         if runner.template is None:
             raise ModelNotReady(f"model '{request.model}' is still loading")
@@ -271,16 +299,29 @@ class Engine:
         generation = GenerationRequest(
             request_id=_new_id(), prompt=rendered.text, options=options, add_special=rendered.add_special
         )
-        async with aclosing(self._in_flight.stream(runner.backend.generate(generation))) as chunks:
+        async with aclosing(self._generate(runner, generation, started)) as chunks:
             async for chunk in chunks:
                 yield chunk
 
     async def complete(self, request: CompletionRequest) -> TokenStream:
+        started = time.perf_counter()
         runner = await self.runner(request.model)
-        generation = GenerationRequest(request_id=_new_id(), prompt=request.prompt, options=request.options)
-        async with aclosing(self._in_flight.stream(runner.backend.generate(generation))) as chunks:
+        if request.tokens and not runner.backend.capabilities.token_prompts:
+            raise InvalidRequest(
+                f"a prompt of token ids is not supported by the {runner.backend.name} backend", param="prompt"
+            )
+        generation = GenerationRequest(
+            request_id=_new_id(), prompt=request.prompt, options=request.options, tokens=request.tokens
+        )
+        async with aclosing(self._generate(runner, generation, started)) as chunks:
             async for chunk in chunks:
                 yield chunk
+
+    def _generate(self, runner: Runner, generation: GenerationRequest, started: float) -> TokenStream:
+        """``runner``'s stream for ``generation``, ended by ``shutdown`` and counted in ``metrics`` (``started``:
+        when the request reached the engine, ``time.perf_counter()``)."""
+        chunks = self._in_flight.stream(runner.backend.generate(generation))
+        return self.metrics.observe(runner.manifest.name, chunks, started=started)
 
     async def shutdown(self) -> None:
         """Stop serving: from now on requests are refused with ServerShuttingDown; every generation in flight (or

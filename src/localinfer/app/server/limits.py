@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localinfer.app.server.core.dialect import dialect_for
 from localinfer.app.server.errors import error_body_for
+from localinfer.engine.metrics import set_route
 
 MAX_JSON_VALUES: Final = 100_000  # far more than any request within a context needs; parses in tens of ms
 MAX_JSON_DEPTH: Final = 200  # pydantic-core's own recursion limit
@@ -122,12 +123,14 @@ class _ParsedJSONRequest(Request):
 
 class FastJSONRoute(APIRoute):
     """A route whose JSON body FastAPI reads with ``parse_json``: every millisecond a parse holds Python's lock is
-    a millisecond every other request waits."""
+    a millisecond every other request waits. The engine's metrics count its requests under its path."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        path = self.path
 
         async def parsed(request: Request) -> Response:
+            set_route(path)  # for the rest of this request's task, whose streams the engine counts under it
             return await handler(_ParsedJSONRequest(request.scope, request.receive))
 
         return parsed

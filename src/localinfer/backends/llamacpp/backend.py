@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import ClassVar
 
 import llama_cpp.llama_cpp as lc
 
-from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage, check_bounds
+from localinfer.backends.base import (
+    Backend,
+    Capabilities,
+    LoadSpec,
+    ModelFacts,
+    SlotInfo,
+    SlotUsage,
+    TokenPiece,
+    check_bounds,
+)
 from localinfer.backends.chunks import ChunkQueue, relay
 from localinfer.backends.line_limits import text_stream_for
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
@@ -21,7 +31,9 @@ from localinfer.types import GenerationRequest, TokenStream
 
 class LlamaCppBackend(Backend):
     name: ClassVar[str] = "llamacpp"
-    capabilities: ClassVar[Capabilities] = Capabilities(formats=("gguf",), grammar=True, batching=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        formats=("gguf",), grammar=True, batching=True, token_prompts=True
+    )
 
     def __init__(self) -> None:
         self._model: LlamaModel | None = None
@@ -53,15 +65,11 @@ class LlamaCppBackend(Backend):
     async def generate(self, request: GenerationRequest) -> TokenStream:
         model, loop = self._loaded()
         options = check_bounds(request.options, n_ctx=model.n_ctx, n_vocab=lc.llama_vocab_n_tokens(model.vocab))
-        # a character is at least a byte: a prompt of more characters than the context's tokens could cover is too
-        # long whatever it says, and is refused without tokenizing (or even encoding) megabytes
-        fewest = -(-len(request.prompt) // self._longest_token)
-        if fewest >= model.n_ctx:
-            raise ContextLengthExceeded(n_prompt=fewest, n_ctx=model.n_ctx, at_least=True)
-        # llama_tokenize runs without Python's lock: a long prompt does not stall other requests or /health
-        prompt = await asyncio.to_thread(
-            model.tokenize, request.prompt, add_special=request.add_special, parse_special=request.parse_special
-        )
+        if request.tokens:
+            prompt = list(request.tokens)
+            _check_ids(prompt, lc.llama_vocab_n_tokens(model.vocab), param="prompt")
+        else:
+            prompt = await self._tokenize_prompt(model, request)
         if not prompt:
             raise InvalidRequest("the prompt is empty", param="prompt")
         if len(prompt) >= model.n_ctx:
@@ -88,6 +96,33 @@ class LlamaCppBackend(Backend):
         finally:
             job.cancelled = True
 
+    async def _tokenize_prompt(self, model: LlamaModel, request: GenerationRequest) -> list[int]:
+        # a character is at least a byte: a prompt of more characters than the context's tokens could cover is too
+        # long whatever it says, and is refused without tokenizing (or even encoding) megabytes
+        fewest = -(-len(request.prompt) // self._longest_token)
+        if fewest >= model.n_ctx:
+            raise ContextLengthExceeded(n_prompt=fewest, n_ctx=model.n_ctx, at_least=True)
+        # llama_tokenize runs without Python's lock: a long prompt does not stall other requests or /health
+        return await asyncio.to_thread(
+            model.tokenize, request.prompt, add_special=request.add_special, parse_special=request.parse_special
+        )
+
+    async def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        model, _ = self._loaded()
+        return await asyncio.to_thread(model.tokenize, text, add_special=add_special, parse_special=parse_special)
+
+    async def detokenize(self, tokens: Sequence[int]) -> list[TokenPiece]:
+        model, _ = self._loaded()
+        _check_ids(tokens, lc.llama_vocab_n_tokens(model.vocab), param="tokens")  # llama.cpp reads past its table
+
+        def pieces() -> list[TokenPiece]:
+            return [TokenPiece(token, model.token_bytes(token, special=True)) for token in tokens]
+
+        return await asyncio.to_thread(pieces)
+
+    def slots(self) -> list[SlotInfo]:
+        return self._loop.slots() if self._loop is not None else []
+
     async def unload(self) -> None:
         if self._loop is not None:
             await asyncio.to_thread(self._loop.stop)
@@ -101,3 +136,10 @@ class LlamaCppBackend(Backend):
         if self._loop is None:
             return SlotUsage()
         return self._loop.usage()
+
+
+def _check_ids(tokens: Sequence[int], n_vocab: int, *, param: str) -> None:
+    """Refuse an id outside the vocabulary (InvalidRequest naming ``param``): llama.cpp would read past its tables."""
+    bad = next((token for token in tokens if not 0 <= token < n_vocab), None)
+    if bad is not None:
+        raise InvalidRequest(f"token id {bad} is not in the model's vocabulary (0 to {n_vocab - 1})", param=param)

@@ -89,7 +89,10 @@ class Job:
             predicted_n=max(self.generated - 1, 0),
         )
         usage = Usage(len(self.prompt), self.generated, self.cached_tokens)
-        self.deliver(TokenChunk(self.text.flush(), finish_reason=reason, usage=usage, timings=timings))
+        tail = self.text.flush()
+        self.deliver(
+            TokenChunk(tail, finish_reason=reason, usage=usage, timings=timings, stop_word=self.text.stop_word)
+        )
 
     def fail(self, error: BaseException) -> None:
         self.deliver(error)

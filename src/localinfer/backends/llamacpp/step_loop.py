@@ -16,7 +16,7 @@ import time
 
 import llama_cpp.llama_cpp as lc
 
-from localinfer.backends.base import SlotUsage
+from localinfer.backends.base import SlotInfo, SlotUsage
 from localinfer.backends.llamacpp import checkpoints
 from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
@@ -72,6 +72,24 @@ class StepLoop:
     def usage(self) -> SlotUsage:
         idle = self._queue.idle_slots()
         return SlotUsage(processing=self.n_slots - idle, idle=idle, waiting=self._queue.waiting)
+
+    def slots(self) -> list[SlotInfo]:
+        """What each slot is doing now, read from any thread without stopping the loop: each slot's job is read
+        once, so a slot's answer is of one moment (another slot's may be of the next step)."""
+        infos = []
+        for slot in self._slots:
+            job = slot.job
+            infos.append(
+                SlotInfo(
+                    id=slot.seq_id,
+                    n_ctx=self._model.n_ctx,
+                    is_processing=job is not None,
+                    n_cached=len(slot.cached),
+                    n_prompt=len(job.prompt) if job is not None else 0,
+                    n_decoded=job.generated if job is not None else 0,
+                )
+            )
+        return infos
 
     # --- the thread -------------------------------------------------------------------------------------
 
@@ -177,6 +195,9 @@ class StepLoop:
     def _sample(self, slot: Slot, job: Job) -> None:
         """Sample, emit and decide whether to go on. A failure here fails this request only."""
         model = self._model
+        if job.max_tokens == 0:  # the prompt only (llama-server's n_predict 0, an editor warming the cache)
+            self._finish(slot, "length")
+            return
         try:
             token = lc.llama_sampler_sample(job.sampler, self._ctx, slot.batch_index)
             if job.generated == 0:

@@ -1,0 +1,80 @@
+"""What llama-server says about itself: /props (the model, its context and template), /slots (what each slot is
+doing), /metrics (Prometheus text). A model is named by ``?model=``, else the default one; never by a path: a
+client is told the model's name where llama-server puts its file's path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from localinfer import __version__
+from localinfer.app.server.core.model_name import requested_model
+from localinfer.app.server.limits import FastJSONRoute
+from localinfer.app.server.llamacpp.wire import CompletionBody
+from localinfer.backends.base import SlotInfo
+from localinfer.engine.engine import Engine
+from localinfer.errors import QueueFull
+
+router = APIRouter(route_class=FastJSONRoute)
+
+
+def _engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
+
+
+def _default_params(n_ctx: int) -> dict[str, Any]:
+    """What a /completion that sets nothing is served with."""
+    defaults = CompletionBody(prompt="")
+    return defaults.settings(defaults.options(), n_ctx)
+
+
+def _slot(slot: SlotInfo) -> dict[str, Any]:
+    return {
+        "id": slot.id,
+        "n_ctx": slot.n_ctx,
+        "speculative": False,
+        "is_processing": slot.is_processing,
+        "n_prompt_tokens": slot.n_prompt,
+        "n_cached_tokens": slot.n_cached,
+        "next_token": {"has_next_token": slot.is_processing, "n_decoded": slot.n_decoded},
+    }
+
+
+@router.get("/props")
+async def props(request: Request, model: str | None = None) -> dict[str, Any]:
+    name = requested_model(request, model)
+    facts = await _engine(request).facts(name)
+    idle = SlotInfo(id=0, n_ctx=facts.n_ctx, is_processing=False)
+    return {
+        "default_generation_settings": {**_slot(idle), "params": _default_params(facts.n_ctx)},
+        "total_slots": facts.n_slots,
+        "model_alias": name,
+        "model_path": name,
+        "modalities": {"vision": False, "audio": False},
+        "chat_template": facts.chat_template or "",
+        "bos_token": facts.bos_token,
+        "eos_token": facts.eos_token,
+        "build_info": f"localinfer {__version__}",
+    }
+
+
+@router.get("/slots")
+async def slots(request: Request, model: str | None = None, fail_on_no_slot: bool = False) -> list[dict[str, Any]]:
+    """Each slot of the model; with ``fail_on_no_slot``, a 503 when none is idle (as llama-server answers)."""
+    engine = _engine(request)
+    name = requested_model(request, model)
+    await engine.facts(name)  # loaded, as llama-server's model always is
+    infos = engine.slots(name)
+    if fail_on_no_slot and all(slot.is_processing for slot in infos):
+        raise QueueFull("no slot available", hint="retry shortly")
+    return [_slot(slot) for slot in infos]
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Every model's counters, histograms and gauges, in Prometheus' text format."""
+    return Response(generate_latest(_engine(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)

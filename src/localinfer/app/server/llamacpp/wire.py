@@ -1,0 +1,190 @@
+"""llama.cpp's native request bodies, as llama-server reads them (tools/server/server-task.cpp), translated into core
+types here and nowhere else.
+
+Unknown fields are ignored, as llama-server ignores them. A field we know but cannot honour, and that would change
+the answer (a grammar, mirostat, logit biases, token probabilities...), is a 400 naming it, never dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from localinfer.app.server.core.stops import check_stops
+from localinfer.errors import InvalidRequest
+from localinfer.types import GenerationOptions, SamplingParams
+
+# A prompt: text, or token ids, or both mixed (llama-server's tokenize_mixed): ``[12, 34, "text", 56]``.
+Prompt = str | list[int | str]
+
+# Samplers llama-server may be asked to run (``samplers``). Ours run top-k, top-p, min-p, penalties and temperature;
+# the others do nothing at their default settings, which are the only ones we take.
+OUR_SAMPLERS: Final = frozenset({"top_k", "top_p", "min_p", "penalties", "temperature"})
+INERT_SAMPLERS: Final = frozenset({"dry", "typ_p", "typical_p", "xtc", "top_n_sigma"})
+
+# (field, the value at which it changes nothing): anything else is refused.
+_UNSUPPORTED: Final[tuple[tuple[str, Any], ...]] = (
+    ("mirostat", 0),
+    ("typical_p", 1.0),
+    ("dynatemp_range", 0.0),
+    ("xtc_probability", 0.0),
+    ("dry_multiplier", 0.0),
+    ("top_n_sigma", -1.0),
+    ("n_probs", 0),
+    ("grammar", ""),
+    ("json_schema", None),
+    ("logit_bias", None),
+    ("lora", None),
+    ("image_data", None),
+    ("multimodal_data", None),
+    ("return_tokens", False),
+    ("n_cmpl", 1),
+    ("n", 1),
+    ("t_max_predict_ms", 0),
+)
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow")  # llama-server ignores fields it does not know; we keep them to check
+
+    model: str | None = None
+
+    def _refuse_unsupported(self) -> None:
+        given = self.model_extra or {}
+        for name, neutral in _UNSUPPORTED:
+            value = given.get(name)
+            if value is not None and value != neutral and value not in ("", [], {}):
+                raise InvalidRequest(f"{name} is not supported by this server", param=name)
+
+
+class CompletionBody(_Wire):
+    """``POST /completion``: llama-server's defaults (tools/server/README.md)."""
+
+    prompt: Prompt
+    n_predict: int = Field(-1, ge=-1)  # -1: until the context is full or the model stops
+    max_tokens: int | None = Field(None, ge=-1)  # llama-server's other name for it, when n_predict is not given
+    temperature: float = Field(0.8, ge=0.0)
+    top_k: int = Field(40, ge=0)
+    top_p: float = Field(0.95, ge=0.0, le=1.0)
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
+    repeat_penalty: float = Field(1.0, gt=0.0)
+    repeat_last_n: int = Field(64, ge=-1)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int = Field(-1, ge=-1, lt=2**64)  # -1: a random one
+    stop: list[str] | str = Field(default_factory=list)
+    stream: bool = False
+    cache_prompt: bool = True
+    ignore_eos: bool = False
+    samplers: list[str] | str | None = None
+
+    @property
+    def n_tokens(self) -> int | None:
+        """How many tokens to generate: None for as many as fit (llama-server's -1)."""
+        n = self.n_predict if "n_predict" in self.model_fields_set or self.max_tokens is None else self.max_tokens
+        return None if n < 0 else n
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        stops = [self.stop] if isinstance(self.stop, str) else self.stop
+        return tuple(s for s in stops if s)
+
+    def options(self) -> GenerationOptions:
+        """The generation options this body asks for. Raises InvalidRequest naming a field we cannot honour."""
+        self._refuse_unsupported()
+        check_stops(self.stops, param="stop")
+        sampling = SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            repeat_penalty=self.repeat_penalty,
+            repeat_last_n=self.repeat_last_n,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            seed=None if self.seed < 0 else self.seed,
+        )
+        return GenerationOptions(
+            sampling=_only_samplers(sampling, self.samplers),
+            max_tokens=self.n_tokens,
+            stop=self.stops,
+            ignore_eos=self.ignore_eos,
+            cache_prompt=self.cache_prompt,
+        )
+
+    def settings(self, options: GenerationOptions, n_ctx: int) -> dict[str, Any]:
+        """llama-server's ``generation_settings``: what the request was served with."""
+        s = options.sampling
+        n_predict = -1 if options.max_tokens is None else options.max_tokens
+        return {
+            "n_ctx": n_ctx,
+            "n_predict": n_predict,
+            "max_tokens": n_predict,
+            "seed": -1 if s.seed is None else s.seed,
+            "temperature": s.temperature,
+            "top_k": s.top_k,
+            "top_p": s.top_p,
+            "min_p": s.min_p,
+            "repeat_last_n": s.repeat_last_n,
+            "repeat_penalty": s.repeat_penalty,
+            "presence_penalty": s.presence_penalty,
+            "frequency_penalty": s.frequency_penalty,
+            "stop": list(options.stop),
+            "ignore_eos": options.ignore_eos,
+            "stream": self.stream,
+            "cache_prompt": options.cache_prompt,
+            "samplers": [name for name in ("penalties", "top_k", "top_p", "min_p", "temperature") if _runs(name, s)],
+        }
+
+
+class TokenizeBody(_Wire):
+    """``POST /tokenize``: llama-server's defaults (no BOS, control tokens parsed)."""
+
+    content: Prompt
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeBody(_Wire):
+    """``POST /detokenize``."""
+
+    tokens: list[int]
+
+
+def _only_samplers(sampling: SamplingParams, samplers: list[str] | str | None) -> SamplingParams:
+    """``sampling`` with the samplers ``samplers`` leaves out turned off, as llama-server runs only those named.
+    Raises InvalidRequest for a sampler we do not have."""
+    if samplers is None:
+        return sampling
+    if isinstance(samplers, str):  # llama-server's one-letter form: "kpmt"...
+        raise InvalidRequest("samplers must be a list of sampler names", param="samplers")
+    unknown = sorted(set(samplers) - OUR_SAMPLERS - INERT_SAMPLERS)
+    if unknown:
+        raise InvalidRequest(f"samplers not supported by this server: {', '.join(unknown)}", param="samplers")
+    named = set(samplers)
+    changes: dict[str, Any] = {}
+    if "top_k" not in named:
+        changes["top_k"] = 0
+    if "top_p" not in named:
+        changes["top_p"] = 1.0
+    if "min_p" not in named:
+        changes["min_p"] = 0.0
+    if "penalties" not in named:
+        changes.update(repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
+    if "temperature" not in named and sampling.temperature > 0:  # sampled from the model's own distribution
+        changes["temperature"] = 1.0
+    return dataclasses.replace(sampling, **changes)
+
+
+def _runs(name: str, s: SamplingParams) -> bool:
+    """Whether the sampler ``name`` changes anything with ``s``."""
+    return {
+        "penalties": s.repeat_penalty != 1.0 or s.presence_penalty != 0.0 or s.frequency_penalty != 0.0,
+        "top_k": s.top_k > 0,
+        "top_p": s.top_p < 1.0,
+        "min_p": s.min_p > 0.0,
+        "temperature": True,
+    }[name]

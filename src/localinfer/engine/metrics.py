@@ -1,0 +1,133 @@
+"""What an engine has served, as Prometheus metrics: recorded in one place, around every token stream it returns.
+
+Per model: requests by route and outcome, prompt, cached prompt and generated tokens, time to first token and time
+between tokens (histograms); and, read from the backends when scraped, requests waiting for a slot and busy slots.
+Each engine has its own registry, so two engines (two tests) never share counts. The server renders it; nothing
+here knows HTTP, except the route a request came by, which the server names with ``set_route``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import aclosing
+from contextvars import ContextVar
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from localinfer.backends.base import SlotUsage
+from localinfer.errors import InvalidRequest
+from localinfer.types import TokenStream
+
+IN_PROCESS: Final = "in-process"  # the route of a request that came by no HTTP route (the TUI, LocalClient)
+
+_route: ContextVar[str] = ContextVar("localinfer_route", default=IN_PROCESS)
+
+# Seconds. First tokens wait for a prompt's prefill (milliseconds to a minute on a CPU); later ones for one step.
+TTFT_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+TOKEN_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
+
+UsageByModel = Callable[[], Mapping[str, SlotUsage]]
+
+
+def set_route(route: str) -> None:
+    """Name the route (``/v1/chat/completions``, ``/completion``...) the current request came by: the streams the
+    engine returns from now on in this task (and the tasks it starts) are counted under it."""
+    _route.set(route)
+
+
+class EngineMetrics:
+    def __init__(self, usage: UsageByModel) -> None:
+        """``usage`` says, when scraped, how busy each loaded model's slots are."""
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._requests = Counter(
+            "localinfer_requests",
+            "Generation requests, by route and outcome",
+            ["model", "route", "outcome"],
+            registry=r,
+        )
+        self._prompt = Counter("localinfer_prompt_tokens", "Prompt tokens of finished requests", ["model"], registry=r)
+        self._cached = Counter(
+            "localinfer_prompt_tokens_cached",
+            "Prompt tokens reused from the cache, not computed",
+            ["model"],
+            registry=r,
+        )
+        self._generated = Counter("localinfer_generated_tokens", "Tokens generated", ["model"], registry=r)
+        self._ttft = Histogram(
+            "localinfer_time_to_first_token_seconds",
+            "From a request reaching the engine to its first chunk",
+            ["model"],
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self._per_token = Histogram(
+            "localinfer_time_per_output_token_seconds",
+            "Between successive chunks of a generation (one token each, but where a stop string's start is held back)",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        r.register(_SlotCollector(usage))
+
+    async def observe(self, model: str, chunks: TokenStream, *, started: float) -> TokenStream:
+        """``chunks`` as they come, counted for ``model``; ``started`` is when the request reached the engine
+        (``time.perf_counter()``). Outcomes: ``stop``, ``length``, ``invalid_request`` (refused), ``error``
+        (failed), ``cancelled`` (the reader closed the stream before its end)."""
+        route = _route.get()
+        outcome = "error"
+        last: float | None = None
+        try:
+            async with aclosing(chunks):
+                async for chunk in chunks:
+                    now = time.perf_counter()
+                    if last is None:
+                        self._ttft.labels(model).observe(now - started)
+                    else:
+                        self._per_token.labels(model).observe(now - last)
+                    last = now
+                    if chunk.finish_reason is not None:
+                        outcome = chunk.finish_reason
+                        if chunk.usage is not None:
+                            self._prompt.labels(model).inc(chunk.usage.prompt_tokens)
+                            self._cached.labels(model).inc(chunk.usage.cached_tokens)
+                            self._generated.labels(model).inc(chunk.usage.completion_tokens)
+                    yield chunk
+        except (GeneratorExit, asyncio.CancelledError):
+            if outcome == "error":  # closed (or its reader cancelled) before its last chunk
+                outcome = "cancelled"
+            raise
+        except InvalidRequest:
+            outcome = "invalid_request"
+            raise
+        finally:
+            self._requests.labels(model, route, outcome).inc()
+
+
+class _SlotCollector(Collector):
+    def __init__(self, usage: UsageByModel) -> None:
+        self._usage = usage
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families({}))
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families(self._usage()))
+
+    @staticmethod
+    def _families(usage: Mapping[str, SlotUsage]) -> list[Metric]:
+        waiting = GaugeMetricFamily(
+            "localinfer_requests_waiting", "Requests waiting for a free slot (queue depth)", labels=["model"]
+        )
+        busy = GaugeMetricFamily("localinfer_slots_busy", "Slots generating or prefilling now", labels=["model"])
+        total = GaugeMetricFamily("localinfer_slots", "Slots of the loaded model", labels=["model"])
+        for model, slots in sorted(usage.items()):
+            waiting.add_metric([model], slots.waiting)
+            busy.add_metric([model], slots.processing)
+            total.add_metric([model], slots.processing + slots.idle)
+        return [waiting, busy, total]
