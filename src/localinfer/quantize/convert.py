@@ -27,7 +27,7 @@ from localinfer.quantize.gguf_source import FLOAT32_UP_TO, dequantize, gguf_add_
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 TARGETS = ("cpu", "cuda", "dml")
 PROVENANCE = "localinfer-convert.json"
-CONVERTER_VERSION = 1  # bumped whenever the same source and builder would give a different folder
+CONVERTER_VERSION = 2  # bumped whenever the same source and builder would give a different folder or report
 
 
 @dataclass(frozen=True)

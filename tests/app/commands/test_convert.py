@@ -53,9 +53,17 @@ def test_convert_registers_a_folder_model_and_reports_how_close_it_is_to_the_ggu
 ) -> None:
     output = output_log(test_home, smollm2_onnx.name).read_text(encoding="utf-8")
     assert f"converted {smollm2.name} -> {smollm2_onnx.name} (int8 for cpu, " in output
-    check = re.search(r"quality check: (\d+)/(\d+) greedy tokens agree with llama\.cpp on the GGUF", output)
+    check = re.search(
+        r"quality check: (\d+)/(\d+) top tokens agree with llama\.cpp on the GGUF, on the same text; "
+        r"the greedy continuations agree for (\d+) tokens",
+        output,
+    )
     assert check is not None, output
-    assert int(check.group(1)) >= 8  # an int8 build of the same weights: the greedy replies start alike
+    # an int8 build of the same weights ranks llama.cpp's token first almost everywhere: 32/32 with 8-bit activations
+    # (VNNI), 31/32 with float ones (measured by setting every MatMulNBits to accuracy_level 1, what a CPU without
+    # VNNI computes); the greedy count cascades from one near-tie, so it is reported, not asserted
+    top_agreed, compared = int(check.group(1)), int(check.group(2))
+    assert compared >= 16 and top_agreed >= compared * 3 // 4, output
     for status in ("dequantizing the GGUF weights", "building the int8 ONNX model for cpu", "registering"):
         assert status in output
 
