@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis import Case
 from schemathesis.config import SchemathesisConfig
 
+from localinfer.app.server.core.dialect import Dialect, dialect_for
 from localinfer.models.store import Manifest
 from tests.app.server.conftest import Server, serving
 
@@ -51,13 +52,16 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 def cheap(body: Any) -> Any:
-    """``body`` with its token budget cut to a few tokens, when it is an object that names one."""
+    """``body`` with its token budget cut to a few tokens, when it is an object that names one (llama.cpp's
+    ``n_predict`` is -1, the whole context, unless given)."""
     if isinstance(body, dict):
-        for field in ("max_tokens", "max_completion_tokens"):
+        for field in ("max_tokens", "max_completion_tokens", "n_predict"):
             if isinstance(body.get(field), int) and not isinstance(body.get(field), bool):
                 body[field] = max(1, min(body[field], MOST_TOKENS))
         if "max_tokens" not in body and "messages" in body:
             body["max_tokens"] = MOST_TOKENS
+        if "prompt" in body and "n_predict" not in body:
+            body["n_predict"] = MOST_TOKENS
     return body
 
 
@@ -67,8 +71,11 @@ def assert_well_formed(path: str, response: httpx.Response | Any) -> None:
     assert status < 500, f"{status} from {path}: {response.text[:500]}"
     if status >= 400:
         error = response.json()["error"]
-        if path.startswith("/api/"):
+        dialect = dialect_for(path)
+        if dialect is Dialect.OLLAMA:
             assert isinstance(error, str) and error
+        elif dialect is Dialect.LLAMACPP:
+            assert {"code", "message", "type"} <= set(error) and error["code"] == status, error
         else:
             assert set(error) == {"message", "type", "param", "code"}, error
 
