@@ -28,6 +28,7 @@ from localinfer.engine.backends import (
     model_profile,
     trained_context,
 )
+from localinfer.engine.infill import infill_tokens
 from localinfer.engine.inflight import InFlight
 from localinfer.engine.metrics import EngineMetrics
 from localinfer.engine.templates import ChatTemplate
@@ -35,7 +36,14 @@ from localinfer.errors import InvalidRequest, LocalInferError, ModelLoadError, M
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.store import Manifest, ModelSource
-from localinfer.types import ChatRequest, CompletionRequest, GenerationRequest, ModelInfo, TokenStream
+from localinfer.types import (
+    ChatRequest,
+    CompletionRequest,
+    GenerationRequest,
+    InfillRequest,
+    ModelInfo,
+    TokenStream,
+)
 
 if TYPE_CHECKING:
     from localinfer.backends.vllm.proxy import EngineProxy
@@ -313,6 +321,19 @@ class Engine:
         generation = GenerationRequest(
             request_id=_new_id(), prompt=request.prompt, options=request.options, tokens=request.tokens
         )
+        async with aclosing(self._generate(runner, generation, started)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def infill(self, request: InfillRequest) -> TokenStream:
+        """Fill in the text between ``request.prefix`` and ``request.suffix`` with the model's own FIM tokens, the
+        prompt laid out as llama-server lays it out (``engine/infill.py``). Raises, before the first chunk,
+        InvalidRequest when the model declares no FIM tokens and ContextLengthExceeded when the prompt does not
+        fit."""
+        started = time.perf_counter()
+        runner = await self.runner(request.model)
+        tokens = await infill_tokens(runner.backend, request)
+        generation = GenerationRequest(request_id=_new_id(), prompt="", options=request.options, tokens=tuple(tokens))
         async with aclosing(self._generate(runner, generation, started)) as chunks:
             async for chunk in chunks:
                 yield chunk

@@ -22,6 +22,7 @@ from localinfer.app.server.disconnect import ClientDisconnected, client_disconne
 from localinfer.app.server.errors import error_body_for, error_for, headers_for
 from localinfer.app.server.guard import AccessGuard, AccessPolicy
 from localinfer.app.server.limits import BodyLimits
+from localinfer.app.server.llamacpp.infill import router as llamacpp_infill_router
 from localinfer.app.server.llamacpp.routes import router as llamacpp_router
 from localinfer.app.server.ollama.generation import router as ollama_generation_router
 from localinfer.app.server.ollama.routes import router as ollama_router
@@ -68,6 +69,7 @@ def create_app(
     app.state.default_model = preload.name if preload is not None else None  # for requests that name no model
     app.include_router(openai_router)
     app.include_router(ollama_router)
+    app.include_router(llamacpp_infill_router)
     app.include_router(llamacpp_router)
     app.include_router(ollama_generation_router)
     app.include_router(ollama_show_router)
