@@ -42,3 +42,10 @@ def test_a_character_split_across_tokens_is_sent_whole() -> None:
 def test_the_earliest_of_several_stop_strings_wins() -> None:
     stream = TextStream(("b", "a"))
     assert stream.push(b"xxab") == "xx"
+
+
+def test_the_stop_string_that_ended_the_text_is_named() -> None:
+    stream = TextStream(("\n\n", "END", "STOP"))
+    assert stream.stop_word is None
+    assert feed(stream, [b"one STOP two END"]) == "one "
+    assert stream.stop_word == "STOP"

@@ -43,6 +43,7 @@ _UNSUPPORTED: Final[tuple[tuple[str, Any], ...]] = (
     ("n_cmpl", 1),
     ("n", 1),
     ("t_max_predict_ms", 0),
+    ("response_fields", None),  # /infill answers it (llama.vim); /completion's clients do not send it
 )
 
 
