@@ -278,6 +278,8 @@ def test_metrics_count_other_dialects_under_their_route(smollm2_server: Server, 
         {"prompt": "x", "stream": "yes please"},
         {"prompt": "x", "model": 7},
         {"prompt": ["one", "two"]},  # several prompts
+        {"prompt": [True, 5]},  # a token id is a JSON integer
+        {"prompt": [1.0, 2]},
         {"prompt": ""},
     ],
 )
@@ -339,3 +341,19 @@ def test_bad_tokenizer_bodies_are_400s_in_llamacpp_shape(smollm2_server: Server,
 def test_a_body_that_is_not_json_is_a_400_in_llamacpp_shape(smollm2_server: Server) -> None:
     reply = httpx.post(f"{smollm2_server.url}/completion", content=b"{not json", timeout=30)
     assert_llamacpp_error(reply, 400, "invalid_request_error")
+
+
+def test_extreme_but_valid_sampling_values_are_served(smollm2_server: Server) -> None:
+    """llama-server bounds none of these; nor do we, and none may crash the sampler (float32 makes 1e308 infinite)."""
+    for extreme in (
+        {"temperature": 1e308},
+        {"repeat_penalty": 1e308, "repeat_last_n": -1},
+        {"presence_penalty": 1e308, "frequency_penalty": -1e308},
+        {"top_p": 0.0, "min_p": 1.0},
+        {"seed": 2**64 - 1},
+        {"samplers": []},
+    ):
+        reply = post(smollm2_server, "/completion", {"prompt": PROMPT, "n_predict": 3, **extreme})
+        assert reply.status_code == 200, (extreme, reply.text)
+        assert reply.json()["tokens_predicted"] <= 3
+    assert httpx.get(f"{smollm2_server.url}/health", timeout=30).status_code == 200

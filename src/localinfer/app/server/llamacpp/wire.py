@@ -10,14 +10,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
 from localinfer.types import GenerationOptions, SamplingParams
 
-# A prompt: text, or token ids, or both mixed (llama-server's tokenize_mixed): ``[12, 34, "text", 56]``.
-Prompt = str | list[int | str]
+# A prompt: text, or token ids, or both mixed (llama-server's tokenize_mixed): ``[12, 34, "text", 56]``. An id is a
+# JSON integer: ``true`` or ``1.0`` is refused, not read as 1.
+TokenId = StrictInt
+Prompt = str | list[TokenId | str]
 
 # Samplers llama-server may be asked to run (``samplers``). Ours run top-k, top-p, min-p, penalties and temperature;
 # the others do nothing at their default settings, which are the only ones we take.
@@ -152,7 +154,7 @@ class TokenizeBody(_Wire):
 class DetokenizeBody(_Wire):
     """``POST /detokenize``."""
 
-    tokens: list[int]
+    tokens: list[TokenId]
 
 
 def _only_samplers(sampling: SamplingParams, samplers: list[str] | str | None) -> SamplingParams:
