@@ -14,7 +14,7 @@ from localinfer.app.server.openai.responses import StreamHeader, sse_stream, tim
 from localinfer.app.server.openai.wire import ChatCompletionBody, CompletionBody
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
-from localinfer.types import Timings, Usage
+from localinfer.types import CompletionRequest, InfillRequest, Timings, TokenStream, Usage
 
 router = APIRouter(
     prefix="/v1", route_class=FastJSONRoute
@@ -98,23 +98,27 @@ class _CompletionShape:
         return {"index": index, "text": "", "logprobs": None, "finish_reason": reason}
 
 
+def _generate(engine: Engine, core: CompletionRequest | InfillRequest) -> TokenStream:
+    return engine.infill(core) if isinstance(core, InfillRequest) else engine.complete(core)
+
+
 @router.post("/completions", response_model=None)
 async def completions(body: CompletionBody, request: Request) -> JSONResponse | StreamingResponse:
     engine = _engine(request)
     cores = body.to_core()
-    prompts = [c.prompt for c in cores]
+    prompts = body.prompts
     header = StreamHeader.new("text_completion", body.model, "cmpl")
     if body.stream:
-        first = await unless_disconnected(request, primed(engine.complete(cores[0])))
-        streams = [first] + [engine.complete(c) for c in cores[1:]]
+        first = await unless_disconnected(request, primed(_generate(engine, cores[0])))
+        streams = [first] + [_generate(engine, c) for c in cores[1:]]
         events = sse_stream(streams, header, _CompletionShape(prompts, body.echo), body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     choices: list[dict[str, Any]] = []
     usage = Usage(0, 0, 0)
     timings = Timings(0.0, 0.0, 0, 0)
     for index, core in enumerate(cores):
-        result = await unless_disconnected(request, collect(engine.complete(core)))
-        text = (core.prompt if body.echo else "") + result.text
+        result = await unless_disconnected(request, collect(_generate(engine, core)))
+        text = (prompts[index] if body.echo else "") + result.text
         choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": result.last.finish_reason})
         usage = usage + (result.last.usage or Usage(0, 0, 0))
         timings = timings + (result.last.timings or Timings(0.0, 0.0, 0, 0))

@@ -16,6 +16,7 @@ from localinfer.types import (
     ChatRequest,
     CompletionRequest,
     GenerationOptions,
+    InfillRequest,
     ResponseFormat,
     SamplingParams,
 )
@@ -156,12 +157,17 @@ class CompletionBody(_SamplingWire):
     echo: bool = False
     suffix: str | None = None
 
-    def to_core(self) -> list[CompletionRequest]:
-        """One core request per prompt (a list of prompts gives one choice each)."""
-        if self.suffix:
-            raise InvalidRequest("suffix (fill-in-the-middle) is not supported yet", param="suffix")
-        prompts = [self.prompt] if isinstance(self.prompt, str) else self.prompt
+    @property
+    def prompts(self) -> list[str]:
+        return [self.prompt] if isinstance(self.prompt, str) else self.prompt
+
+    def to_core(self) -> list[CompletionRequest | InfillRequest]:
+        """One core request per prompt (a list of prompts gives one choice each). With a ``suffix``, each is a
+        fill-in-the-middle request: the text between the prompt and the suffix."""
+        prompts = self.prompts
         if not prompts:
             raise InvalidRequest("prompt must not be an empty list", param="prompt")
         options = self._options(self.max_tokens, ResponseFormat())
+        if self.suffix:
+            return [InfillRequest(model=self.model, prefix=p, suffix=self.suffix, options=options) for p in prompts]
         return [CompletionRequest(model=self.model, prompt=p, options=options) for p in prompts]
