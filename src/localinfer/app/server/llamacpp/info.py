@@ -69,7 +69,7 @@ async def slots(request: Request, model: str | None = None, fail_on_no_slot: boo
     name = requested_model(request, model)
     await engine.facts(name)  # loaded, as llama-server's model always is
     infos = engine.slots(name)
-    if fail_on_no_slot and all(slot.is_processing for slot in infos):
+    if fail_on_no_slot and infos and all(slot.is_processing for slot in infos):
         raise QueueFull("no slot available", hint="retry shortly")
     return [_slot(slot) for slot in infos]
 
