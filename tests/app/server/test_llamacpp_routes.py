@@ -199,9 +199,10 @@ def test_props_tell_the_loaded_context_and_name_never_a_path(smollm2_server: Ser
     slots = httpx.get(f"{smollm2_server.url}/slots", timeout=60).json()
     assert props["total_slots"] == len(slots) >= 1
     assert props["build_info"].startswith("localinfer")
+    assert httpx.get(f"{smollm2_server.url}/slots?fail_on_no_slot=1", timeout=60).status_code == 200
 
 
-def test_slots_show_a_busy_slot_while_a_stream_runs(smollm2_server: Server) -> None:
+def test_slots_show_a_busy_slot_while_a_stream_runs(smollm2_server: Server, model_name: str) -> None:
     started = threading.Event()
     body = {"prompt": "Count: one, two, three,", "n_predict": 300, "ignore_eos": True, "stream": True}
 
@@ -217,6 +218,8 @@ def test_slots_show_a_busy_slot_while_a_stream_runs(smollm2_server: Server) -> N
         slots = httpx.get(f"{smollm2_server.url}/slots", timeout=60).json()
         busy = [s for s in slots if s["is_processing"]]
         assert len(busy) == 1 and busy[0]["n_ctx"] == 2048 and busy[0]["next_token"]["n_decoded"] >= 1
+        scraped = httpx.get(f"{smollm2_server.url}/metrics", timeout=60).text
+        assert metric(scraped, "localinfer_slots_busy", model=model_name) == 1
     finally:
         runner.join(300)
     assert not any(s["is_processing"] for s in httpx.get(f"{smollm2_server.url}/slots", timeout=60).json())
