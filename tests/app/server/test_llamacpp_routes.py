@@ -348,14 +348,15 @@ def test_a_body_that_is_not_json_is_a_400_in_llamacpp_shape(smollm2_server: Serv
 
 def test_extreme_but_valid_sampling_values_are_served(smollm2_server: Server) -> None:
     """llama-server bounds none of these; nor do we, and none may crash the sampler (float32 makes 1e308 infinite)."""
-    for extreme in (
+    extremes: list[dict[str, Any]] = [
         {"temperature": 1e308},
         {"repeat_penalty": 1e308, "repeat_last_n": -1},
         {"presence_penalty": 1e308, "frequency_penalty": -1e308},
         {"top_p": 0.0, "min_p": 1.0},
         {"seed": 2**64 - 1},
         {"samplers": []},
-    ):
+    ]
+    for extreme in extremes:
         reply = post(smollm2_server, "/completion", {"prompt": PROMPT, "n_predict": 3, **extreme})
         assert reply.status_code == 200, (extreme, reply.text)
         assert reply.json()["tokens_predicted"] <= 3
