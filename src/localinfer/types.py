@@ -6,13 +6,38 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function the model asked to call: ``arguments`` as the JSON object it wrote."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call, as OpenAI's and Ollama's ``tools`` describe it (``parameters``: a JSON
+    schema of its arguments)."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
 @dataclass(frozen=True)
 class ChatMessage:
+    """One turn. An assistant turn may carry the ``tool_calls`` it made; a ``tool`` turn answers one of them
+    (``tool_call_id``, and the function's ``name``)."""
+
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,11 +81,16 @@ class GenerationOptions:
     t_max_predict_ms: float = 0.0  # llama-server's: once generating took longer, the next line end ends the text
 
 
+ToolChoice = str  # "auto", "none", "required", or the name of the one function to call
+
+
 @dataclass(frozen=True)
 class ChatRequest:
     model: str
     messages: tuple[ChatMessage, ...]
     options: GenerationOptions = field(default_factory=GenerationOptions)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = "auto"
 
 
 @dataclass(frozen=True)
@@ -158,6 +188,7 @@ class TokenChunk:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     timings: Timings | None = None
+    tool_calls: tuple[ToolCall, ...] = ()  # on the last chunk, when the model called functions
     stop_word: str | None = None
 
 

@@ -32,6 +32,7 @@ from localinfer.engine.infill import infill_tokens
 from localinfer.engine.inflight import InFlight
 from localinfer.engine.metrics import EngineMetrics
 from localinfer.engine.templates import ChatTemplate
+from localinfer.engine.tools import read_tool_calls, required_call
 from localinfer.errors import InvalidRequest, LocalInferError, ModelLoadError, ModelNotReady, ServerShuttingDown
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
@@ -302,12 +303,16 @@ class Engine:
         runner = await self.runner(request.model)
         if runner.template is None:
             raise ModelNotReady(f"model '{request.model}' is still loading")
-        rendered = runner.template.render(request.messages)
+        tools = request.tools if request.tool_choice != "none" else ()
+        rendered = runner.template.render(request.messages, tools)
         options = dataclasses.replace(request.options, stop=request.options.stop + rendered.stop)
+        if tools and request.tool_choice != "auto":
+            options = dataclasses.replace(options, response_format=required_call(options, tools, request.tool_choice))
         generation = GenerationRequest(
             request_id=_new_id(), prompt=rendered.text, options=options, add_special=rendered.add_special
         )
-        async with aclosing(self._generate(runner, generation, started)) as chunks:
+        generated = self._generate(runner, generation, started)
+        async with aclosing(read_tool_calls(generated, tools) if tools else generated) as chunks:
             async for chunk in chunks:
                 yield chunk
 

@@ -19,8 +19,9 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from localinfer.backends.base import ModelFacts
+from localinfer.engine.tools import described_tools, openai_tools, template_message
 from localinfer.errors import InvalidRequest
-from localinfer.types import ChatMessage
+from localinfer.types import ChatMessage, Tool
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
@@ -53,6 +54,7 @@ class ChatTemplate:
     def __init__(self, facts: ModelFacts) -> None:
         self._facts = facts
         self._stop: tuple[str, ...]
+        self._knows_tools = bool(facts.chat_template) and "tools" in (facts.chat_template or "")
         if facts.chat_template:
             source, self.kind, self._stop = facts.chat_template, "model", ()
         elif facts.has_chatml_tokens:
@@ -68,14 +70,25 @@ class ChatTemplate:
         except jinja2.TemplateError as exc:
             self._template = env.from_string(CHATML_TEMPLATE if facts.has_chatml_tokens else TRANSCRIPT_TEMPLATE)
             self.kind = f"fallback (the model's template does not parse: {exc})"
+            self._knows_tools = False
 
-    def render(self, messages: tuple[ChatMessage, ...]) -> RenderedPrompt:
+    @property
+    def knows_tools(self) -> bool:
+        """The model's own template renders tools (and the calls and answers that go with them)."""
+        return self._knows_tools
+
+    def render(self, messages: tuple[ChatMessage, ...], tools: tuple[Tool, ...] = ()) -> RenderedPrompt:
+        """The prompt for ``messages``, with ``tools`` offered to the model (see engine/tools.py for a template
+        that knows none)."""
+        uses_tools = bool(tools) or any(m.tool_calls or m.role == "tool" for m in messages)
+        if uses_tools and not self._knows_tools:
+            messages, tools = described_tools(messages, tools), ()
         context: dict[str, Any] = {
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "messages": [template_message(m) for m in messages],
             "add_generation_prompt": True,
             "bos_token": self._facts.bos_token,
             "eos_token": self._facts.eos_token,
-            "tools": None,
+            "tools": openai_tools(tools) if tools else None,
             "documents": None,
         }
         try:

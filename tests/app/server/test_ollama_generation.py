@@ -189,7 +189,7 @@ def test_show_describes_the_model_from_its_gguf(client: ollama.Client, model_nam
     assert info["general.parameter_count"] > 100_000_000
     assert info["tokenizer.ggml.tokens"] is None  # arrays are null without verbose, as in Ollama
     assert "<|im_start|>" in (shown.template or "")
-    assert shown.capabilities == ["completion"]  # SmolLM2's file declares no FIM tokens
+    assert shown.capabilities == ["completion"]  # its template renders no tools; its file declares no FIM tokens
     assert ".Suffix" not in (shown.template or "")
     assert shown.parameters == "num_ctx 2048"  # what it is loaded with
 
@@ -202,7 +202,7 @@ def test_show_of_an_unknown_model_is_a_404_in_ollamas_shape(smollm2_server: Serv
 
 BAD_CHATS: list[tuple[dict[str, Any], str]] = [
     ({"messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]}, "images"),
-    ({"messages": QUESTION, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"messages": QUESTION, "tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools"),
     ({"messages": QUESTION, "options": {"temperature": "hot"}}, "options.temperature"),
     ({"messages": QUESTION, "options": {"mirostat": 2}}, "mirostat"),
     ({"messages": QUESTION, "options": {"typical_p": 0.5}}, "typical_p"),

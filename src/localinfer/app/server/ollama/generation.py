@@ -34,7 +34,7 @@ from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.ollama.wire import ChatBody, GenerateBody, json_body
 from localinfer.engine.engine import Engine
 from localinfer.errors import InvalidRequest, LocalInferError
-from localinfer.types import TokenChunk, TokenStream
+from localinfer.types import TokenChunk, TokenStream, ToolCall
 
 router = APIRouter(prefix="/api", route_class=FastJSONRoute)
 NDJSON = "application/x-ndjson"
@@ -42,7 +42,8 @@ NDJSON = "application/x-ndjson"
 ChatJSON = Annotated[ChatBody, Depends(json_body(ChatBody))]
 GenerateJSON = Annotated[GenerateBody, Depends(json_body(GenerateBody))]
 
-Piece = Callable[[str], dict[str, Any]]  # the dialect's field for a piece of text: message or response
+# the dialect's field for a piece of text (and the tool calls that end it): message or response
+Piece = Callable[[str, tuple[ToolCall, ...]], dict[str, Any]]
 
 
 def _engine(request: Request) -> Engine:
@@ -74,7 +75,7 @@ class _Clock:
             "created_at": created_at(),
             **piece,
             "done": True,
-            "done_reason": last.finish_reason or "stop",
+            "done_reason": "stop" if last.finish_reason in (None, "tool_calls") else last.finish_reason,
             "total_duration": time.monotonic_ns() - self.started,
             "load_duration": self.load,
             "prompt_eval_count": usage.prompt_tokens if usage else 0,
@@ -96,11 +97,14 @@ class _Clock:
         }
 
 
-def _message(text: str) -> dict[str, Any]:
-    return {"message": {"role": "assistant", "content": text}}
+def _message(text: str, calls: tuple[ToolCall, ...] = ()) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:  # in Ollama's shape: the arguments as an object
+        message["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+    return {"message": message}
 
 
-def _response(text: str) -> dict[str, Any]:
+def _response(text: str, calls: tuple[ToolCall, ...] = ()) -> dict[str, Any]:
     return {"response": text}
 
 
@@ -140,7 +144,7 @@ async def _answer(
     if streaming:
         return StreamingResponse(_lines(started, model, clock, piece), media_type=NDJSON)
     result = await unless_disconnected(request, collect(started))
-    return JSONResponse(clock.final(model, result.last, piece(result.text)))
+    return JSONResponse(clock.final(model, result.last, piece(result.text, result.last.tool_calls)))
 
 
 async def _lines(stream: TokenStream, model: str, clock: _Clock, piece: Piece) -> AsyncIterator[str]:
@@ -148,12 +152,11 @@ async def _lines(stream: TokenStream, model: str, clock: _Clock, piece: Piece) -
     Closing this iterator (the client hung up) closes the generation, which frees its slot."""
     try:
         async for chunk in stream:
+            if chunk.text or chunk.tool_calls:  # Ollama sends the calls in a line of their own, before the last
+                line = piece(chunk.text, chunk.tool_calls)
+                yield ndjson_line({"model": model, "created_at": created_at(), **line, "done": False})
             if chunk.finish_reason is not None:
-                if chunk.text:
-                    yield ndjson_line({"model": model, "created_at": created_at(), **piece(chunk.text), "done": False})
-                yield ndjson_line(clock.final(model, chunk, piece("")))
-            elif chunk.text:
-                yield ndjson_line({"model": model, "created_at": created_at(), **piece(chunk.text), "done": False})
+                yield ndjson_line(clock.final(model, chunk, piece("", ())))
     except LocalInferError as exc:
         yield ndjson_line({**ollama_error_body(user_message(exc)), "done_reason": finish_reason_for(exc)})
     finally:

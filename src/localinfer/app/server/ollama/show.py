@@ -7,9 +7,8 @@ how to use a model, in Ollama's shape.
   ``verbose``, plus ``general.parameter_count``; for a folder model, what its config states under the same keys.
 - ``template``: the model's chat template (Jinja, as the GGUF carries it). For a model with fill-in-the-middle
   tokens it also holds ``{{ .Suffix }}``, which Continue looks for before it sends FIM requests.
-- ``capabilities``: ``completion``, and ``insert`` for a model with FIM tokens. ``tools``, ``embedding`` and
-  ``vision`` are not claimed: localinfer does not serve them yet, and a client that believed them would send
-  requests that get a 400.
+- ``capabilities``: ``completion``; ``tools`` when the model's template renders tools; ``insert`` for a model
+  with FIM tokens. ``vision`` is never claimed.
 - ``parameters``: Ollama's ``key value`` lines for what localinfer would run the model with (``num_ctx``).
 """
 
@@ -57,9 +56,21 @@ async def show(request: Request, body: ShowJSON) -> dict[str, Any]:
         "template": (FIM_TEMPLATE_NOTE if fim else "") + (template if isinstance(template, str) else ""),
         "details": model_details(info, facts),
         "model_info": _model_info(metadata, facts),
-        "capabilities": ["completion", "insert"] if fim else ["completion"],
+        "capabilities": _capabilities(template, fim=fim),
         "modified_at": datetime.fromtimestamp(info.created, timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _capabilities(template: object, *, fim: bool) -> list[str]:
+    """``completion``; ``tools`` when the model's own template renders tools (as Ollama decides it: localinfer
+    takes tools for any model, describing them to one whose template knows none, but such a model was not tuned
+    to call them); ``insert`` for fill-in-the-middle."""
+    capabilities = ["completion"]
+    if isinstance(template, str) and "tools" in template:
+        capabilities.append("tools")
+    if fim:
+        capabilities.append("insert")
+    return capabilities
 
 
 def _gguf_metadata(info: ModelInfo) -> dict[str, Scalar | None]:

@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from localinfer.app.server.core.stops import check_stops
+from localinfer.app.server.core.tools import MAX_TOOLS, ToolWire
 from localinfer.app.server.limits import parse_json
 from localinfer.errors import InvalidRequest
 from localinfer.types import (
@@ -23,6 +24,8 @@ from localinfer.types import (
     GenerationOptions,
     ResponseFormat,
     SamplingParams,
+    Tool,
+    ToolCall,
 )
 
 
@@ -127,17 +130,17 @@ class _GenerationBody(ModelBody):
     options: Options = Field(default_factory=Options)
     keep_alive: str | int | float | None = None  # accepted; models stay loaded while the server runs
     think: bool | str | None = None  # accepted; these models do not think aloud
-    tools: list[dict[str, Any]] | None = None
+    tools: list[ToolWire] | None = Field(None, max_length=MAX_TOOLS)
 
     def model_name(self) -> str | None:
         return self.model or self.name
 
     def _options(self) -> GenerationOptions:
-        if self.tools:
-            raise InvalidRequest(
-                "tools are not supported yet; /api/show lists no 'tools' capability for this model", param="tools"
-            )
         return self.options.to_core(self._response_format())
+
+    def _tools(self) -> tuple[Tool, ...]:
+        """``tools`` as Ollama takes them: OpenAI's ``{"type": "function", "function": {...}}``."""
+        return tuple(t.to_core() for t in self.tools or ())
 
     def _response_format(self) -> ResponseFormat:
         """``format``: ``"json"`` (a JSON object), a JSON schema object, or nothing (free text)."""
@@ -150,18 +153,30 @@ class _GenerationBody(ModelBody):
         raise InvalidRequest(f'format must be "json" or a JSON schema, not {self.format!r}', param="format")
 
 
+class CalledFunction(_Wire):
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)  # an object in Ollama's shape, not a JSON string
+
+
+class ToolCallBody(_Wire):
+    function: CalledFunction
+
+
 class ChatMessageWire(_Wire):
     role: str = Field(min_length=1)  # any role, as Ollama: the model's chat template decides what it accepts
     content: str = ""
     images: list[str] | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallBody] | None = None
+    tool_name: str | None = None  # a tool turn: the function that answered
 
-    def to_core(self) -> ChatMessage:
+    def to_core(self, index: int) -> ChatMessage:
         if self.images:
             raise InvalidRequest("images are not supported: no model here can see them", param="messages.images")
-        if self.tool_calls:
-            raise InvalidRequest("tool calls are not supported yet", param="messages.tool_calls")
-        return ChatMessage(role=self.role, content=self.content)
+        calls = tuple(
+            ToolCall(f"call_{index}_{n}", c.function.name, c.function.arguments)
+            for n, c in enumerate(self.tool_calls or ())
+        )
+        return ChatMessage(role=self.role, content=self.content, tool_calls=calls, name=self.tool_name)
 
 
 class ChatBody(_GenerationBody):
@@ -170,8 +185,8 @@ class ChatBody(_GenerationBody):
     messages: list[ChatMessageWire] = Field(default_factory=list)
 
     def to_core(self, model: str) -> ChatRequest:
-        messages = tuple(m.to_core() for m in self.messages)
-        return ChatRequest(model=model, messages=messages, options=self._options())
+        messages = tuple(m.to_core(i) for i, m in enumerate(self.messages))
+        return ChatRequest(model=model, messages=messages, options=self._options(), tools=self._tools())
 
 
 class GenerateBody(_GenerationBody):

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from localinfer.app.server.errors import finish_reason_for, openai_error
 from localinfer.errors import LocalInferError
-from localinfer.types import Timings, TokenStream, Usage
+from localinfer.types import Timings, TokenStream, ToolCall, Usage
 
 
 def usage_body(usage: Usage | None) -> dict[str, Any] | None:
@@ -72,6 +72,7 @@ class ChoiceShape(Protocol):
 
     def opening(self, index: int) -> dict[str, Any] | None: ...
     def content(self, index: int, text: str) -> dict[str, Any]: ...
+    def tool_calls(self, index: int, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]: ...
     def finish(self, index: int, reason: str) -> dict[str, Any]: ...
 
 
@@ -99,6 +100,8 @@ async def sse_stream(
                 async for chunk in stream:
                     if chunk.text:
                         yield sse(header.chunk([shape.content(index, chunk.text)], **extra))
+                    for delta in shape.tool_calls(index, chunk.tool_calls):
+                        yield sse(header.chunk([delta], **extra))
                     if chunk.finish_reason is not None:
                         timings = {"timings": timings_body(chunk.timings)} if chunk.timings is not None else {}
                         yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra, **timings))

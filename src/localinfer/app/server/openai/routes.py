@@ -11,10 +11,11 @@ from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.openai.responses import StreamHeader, sse_stream, timings_body, usage_body
+from localinfer.app.server.openai.tools_wire import tool_calls_body
 from localinfer.app.server.openai.wire import ChatCompletionBody, CompletionBody
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
-from localinfer.types import CompletionRequest, InfillRequest, Timings, TokenStream, Usage
+from localinfer.types import CompletionRequest, InfillRequest, Timings, TokenStream, ToolCall, Usage
 
 router = APIRouter(
     prefix="/v1", route_class=FastJSONRoute
@@ -56,6 +57,18 @@ class _ChatShape:
     def content(self, index: int, text: str) -> dict[str, Any]:
         return {"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
 
+    def tool_calls(self, index: int, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+        """Each call as OpenAI streams it: its id, type and name with empty arguments, then the arguments."""
+        deltas = []
+        for position, call in enumerate(tool_calls_body(calls)):
+            named = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
+            arguments = {"function": {"arguments": call["function"]["arguments"]}}
+            for part in (named, arguments):
+                deltas.append(
+                    {"index": index, "delta": {"tool_calls": [{"index": position, **part}]}, "logprobs": None}
+                )
+        return deltas
+
     def finish(self, index: int, reason: str) -> dict[str, Any]:
         return {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
 
@@ -69,12 +82,10 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
         events = sse_stream([stream], header, _ChatShape(), body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))
-    choice = {
-        "index": 0,
-        "message": {"role": "assistant", "content": result.text},
-        "logprobs": None,
-        "finish_reason": result.last.finish_reason,
-    }
+    message: dict[str, Any] = {"role": "assistant", "content": result.text}
+    if result.last.tool_calls:
+        message = {**message, "content": result.text or None, "tool_calls": tool_calls_body(result.last.tool_calls)}
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": result.last.finish_reason}
     return JSONResponse(
         {
             **header.chunk([choice], usage=usage_body(result.last.usage), timings=timings_body(result.last.timings)),
@@ -93,6 +104,9 @@ class _CompletionShape:
 
     def content(self, index: int, text: str) -> dict[str, Any]:
         return {"index": index, "text": text, "logprobs": None, "finish_reason": None}
+
+    def tool_calls(self, index: int, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+        return []  # text completions take no tools
 
     def finish(self, index: int, reason: str) -> dict[str, Any]:
         return {"index": index, "text": "", "logprobs": None, "finish_reason": reason}

@@ -10,6 +10,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from localinfer.app.server.core.stops import check_stops
+from localinfer.app.server.core.tools import ToolWire
+from localinfer.app.server.openai.tools_wire import NamedChoice, ToolCallWire, tools_to_core
 from localinfer.errors import InvalidRequest
 from localinfer.types import (
     ChatMessage,
@@ -59,6 +61,9 @@ class ContentPart(_Wire):
 class MessageWire(_Wire):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
+    tool_calls: list[ToolCallWire] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
     def to_core(self) -> ChatMessage:
         if isinstance(self.content, list):
@@ -67,7 +72,13 @@ class MessageWire(_Wire):
             text = "".join(part.text or "" for part in self.content)
         else:
             text = self.content or ""
-        return ChatMessage(role="system" if self.role == "developer" else self.role, content=text)
+        return ChatMessage(
+            role="system" if self.role == "developer" else self.role,
+            content=text,
+            tool_calls=tuple(c.to_core(i) for i, c in enumerate(self.tool_calls or ())),
+            tool_call_id=self.tool_call_id,
+            name=self.name,
+        )
 
 
 class _SamplingWire(_Wire):
@@ -136,18 +147,19 @@ class ChatCompletionBody(_SamplingWire):
     messages: list[MessageWire] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     response_format: ResponseFormatWire | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[ToolWire] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedChoice | None = None
 
     def to_core(self) -> ChatRequest:
-        if self.tools and self.tool_choice != "none":
-            raise InvalidRequest("tools are not supported yet: the model would answer in prose", param="tools")
+        tools, tool_choice = tools_to_core(self.tools, self.tool_choice)
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         response_format = self.response_format.to_core() if self.response_format else ResponseFormat()
         return ChatRequest(
             model=self.model,
             messages=tuple(m.to_core() for m in self.messages),
             options=self._options(max_tokens, response_format),
+            tools=tools,
+            tool_choice=tool_choice,
         )
 
 
