@@ -66,7 +66,6 @@ def test_n_above_one_is_400(client: openai.OpenAI, model_name: str) -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("tools", [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]),
         ("logit_bias", {"42": 100}),
         ("logprobs", True),
     ],
