@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
@@ -75,6 +76,7 @@ class _ChatShape:
 
 @router.post("/chat/completions", response_model=None)
 async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONResponse | StreamingResponse:
+    body.model = requested_model(request, body.model)  # none named: the server's default model
     core = body.to_core()
     stream = await unless_disconnected(request, primed(_engine(request).chat(core)))
     header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
@@ -119,6 +121,7 @@ def _generate(engine: Engine, core: CompletionRequest | InfillRequest) -> TokenS
 @router.post("/completions", response_model=None)
 async def completions(body: CompletionBody, request: Request) -> JSONResponse | StreamingResponse:
     engine = _engine(request)
+    body.model = requested_model(request, body.model)
     cores = body.to_core()
     prompts = body.prompts
     header = StreamHeader.new("text_completion", body.model, "cmpl")

@@ -84,7 +84,7 @@ class MessageWire(_Wire):
 class _SamplingWire(_Wire):
     """Fields shared by chat and text completions, with llama.cpp's extensions (top_k, min_p...)."""
 
-    model: str
+    model: str = ""  # none: the server's default model (core/model_name.py)
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: float = Field(0.8, ge=0.0, le=2.0)
