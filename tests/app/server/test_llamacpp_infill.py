@@ -186,6 +186,29 @@ def test_llama_vim_ring_update_warms_the_cache_and_answers_an_empty_object(fim_s
     assert ok(post(fim_server, "/infill", llama_vim_ring_update_body(chunks))) == {}
 
 
+def test_llama_vscode_cache_warming_request_evaluates_the_prompt_only(fim_server: Server) -> None:
+    """llama.vscode's ``createRequestPayload(true, ...)`` (updateExtraContext, same file and commit): the new
+    chunks, nothing to predict, so that the next completion finds them in the cache."""
+    chunks = [{"filename": "warm.py", "text": "def cube(x):\n    return x * x * x\n"}]
+    body = {
+        "input_prefix": "",
+        "input_suffix": "",
+        "input_extra": chunks,
+        "prompt": "",
+        "n_predict": 0,
+        "samplers": [],
+        "cache_prompt": True,
+        "t_max_prompt_ms": 500,
+        "t_max_predict_ms": 1,
+    }
+    warm = ok(post(fim_server, "/infill", body))
+    assert warm["content"] == "" and warm["tokens_predicted"] == 0
+    assert warm["tokens_evaluated"] == layout_tokens(fim_server, "", "", "", chunks)
+    completion = ok(post(fim_server, "/infill", llama_vscode_body(PREFIX, SUFFIX, "", chunks, nindent=0)))
+    # the chunks, and the layout's head before them, come from the cache
+    assert completion["timings"]["cache_n"] >= layout_tokens(fim_server, "", "", "", chunks) - 4
+
+
 def test_typing_one_more_character_reuses_the_cached_prompt(fim_server: Server) -> None:
     first = ok(post(fim_server, "/infill", llama_vscode_body(PREFIX, SUFFIX, "    retur", EXTRA, nindent=4)))
     second = ok(post(fim_server, "/infill", llama_vscode_body(PREFIX, SUFFIX, "    return", EXTRA, nindent=4)))
