@@ -73,10 +73,10 @@ class InvalidRequest(LocalInferError):
 class ContextLengthExceeded(InvalidRequest):
     """The prompt does not fit in the model's context window."""
 
-    def __init__(self, *, n_prompt: int, n_ctx: int, at_least: bool = False) -> None:
+    def __init__(self, *, n_prompt: int, n_ctx: int, at_least: bool = False, param: str = "messages") -> None:
         super().__init__(
             f"the prompt has {'at least ' if at_least else ''}{n_prompt} tokens but the model's context holds {n_ctx}",
-            param="messages",
+            param=param,
             hint="shorten the prompt or serve the model with a larger context (--ctx-size)",
         )
         self.n_prompt = n_prompt

@@ -114,6 +114,22 @@ class TokenPiece:
     piece: bytes
 
 
+@dataclass(frozen=True)
+class EmbeddingResult:
+    """One pooled vector per input, in the inputs' order, and the tokens each input was embedded from (after
+    truncation, where it was asked for)."""
+
+    vectors: tuple[tuple[float, ...], ...]
+    n_tokens: tuple[int, ...]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(self.n_tokens)
+
+
+EmbeddingInput = str | Sequence[int]  # a text, or the token ids of one
+
+
 class Backend(ABC):
     """One loaded model. ``generate`` streams chunks; closing the iterator early aborts the request."""
 
@@ -149,6 +165,15 @@ class Backend(ABC):
         """Each of ``tokens`` with the bytes it stands for. Raises InvalidRequest for an id outside the
         vocabulary, or where the backend cannot say."""
         raise InvalidRequest(f"detokenizing is not supported by the {self.name} backend")
+
+    async def embed(
+        self, inputs: Sequence[EmbeddingInput], *, normalize: bool, truncate: bool = False
+    ) -> EmbeddingResult:
+        """One vector per input, pooled as the model's metadata says (mean pooling for a model that states none),
+        L2-normalised when ``normalize``. An input longer than the context is cut to it when ``truncate``, else
+        refused. Raises InvalidRequest for an empty input or a token id outside the vocabulary,
+        ContextLengthExceeded for an input past the context, and InvalidRequest where the backend cannot embed."""
+        raise InvalidRequest(f"this backend ({self.name}) does not compute embeddings", param="model")
 
     def slots(self) -> list[SlotInfo]:
         """What each slot does now; empty for a backend without slots of its own."""

@@ -16,7 +16,16 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from localinfer.backends.base import Backend, LoadSpec, ModelFacts, SlotInfo, SlotUsage, TokenPiece
+from localinfer.backends.base import (
+    Backend,
+    EmbeddingInput,
+    EmbeddingResult,
+    LoadSpec,
+    ModelFacts,
+    SlotInfo,
+    SlotUsage,
+    TokenPiece,
+)
 from localinfer.config import Settings
 from localinfer.engine.backends import (
     DEFAULT_BACKENDS,
@@ -250,6 +259,16 @@ class Engine:
         its vocabulary."""
         runner = await self.runner(model)
         return await runner.backend.detokenize(tokens)
+
+    async def embed(
+        self, model: str, inputs: Sequence[EmbeddingInput], *, normalize: bool = True, truncate: bool = False
+    ) -> EmbeddingResult:
+        """One vector per input (a text, or token ids), in order, from ``model`` pooled as its metadata says (mean
+        for a generative model), L2-normalised when ``normalize``; an input past the context is cut to it when
+        ``truncate``. Raises InvalidRequest (an empty input, an id outside the vocabulary, a backend that cannot
+        embed), ContextLengthExceeded, and what loading ``model`` raises."""
+        runner = await self.runner(model)
+        return await runner.backend.embed(inputs, normalize=normalize, truncate=truncate)
 
     def models(self) -> list[ModelInfo]:
         """Every model the engine can serve, with whether each is loaded: loaded ones first, then by name."""

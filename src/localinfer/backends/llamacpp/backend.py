@@ -11,6 +11,8 @@ import llama_cpp.llama_cpp as lc
 from localinfer.backends.base import (
     Backend,
     Capabilities,
+    EmbeddingInput,
+    EmbeddingResult,
     LoadSpec,
     ModelFacts,
     SlotInfo,
@@ -21,6 +23,7 @@ from localinfer.backends.base import (
 from localinfer.backends.chunks import ChunkQueue, relay
 from localinfer.backends.line_limits import text_stream_for
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
+from localinfer.backends.llamacpp.embedder import Embedder, batches, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import build_sampler
@@ -41,6 +44,8 @@ class LlamaCppBackend(Backend):
         self._facts: ModelFacts | None = None
         self._constraints: ConstraintCompiler | None = None
         self._longest_token = 1
+        self._embedder: Embedder | None = None  # made on the first embedding request
+        self._embedding = asyncio.Lock()  # one embedding decode at a time; unload waits for it
 
     async def load(self, spec: LoadSpec) -> None:
         model = await asyncio.to_thread(LlamaModel.load, spec)
@@ -120,17 +125,71 @@ class LlamaCppBackend(Backend):
 
         return await asyncio.to_thread(pieces)
 
+    async def embed(
+        self, inputs: Sequence[EmbeddingInput], *, normalize: bool, truncate: bool = False
+    ) -> EmbeddingResult:
+        model, _ = self._loaded()
+        n_vocab = lc.llama_vocab_n_tokens(model.vocab)
+        keep_last = bool(lc.llama_vocab_get_add_eos(model.vocab) or lc.llama_vocab_get_add_sep(model.vocab))
+        prompts = await self._embedding_tokens(model, inputs, truncate=truncate)
+        for index, prompt in enumerate(prompts):
+            check_prompt(prompt, n_vocab, index=index)
+            if truncate:
+                prompts[index] = fit(prompt, n_ctx=model.n_ctx, keep_last=keep_last)
+            elif len(prompt) > model.n_ctx:
+                raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx, param="input")
+        vectors: list[tuple[float, ...]] = []
+        for group in batches(prompts, n_ctx=model.n_ctx):
+            async with self._embedding:  # taken per decode: a long request does not hold off the others for long
+                embedder = self._embedder_for(model)
+                chosen = [prompts[i] for i in group]
+                vectors += await asyncio.to_thread(embedder.embed, chosen, normalize=normalize)
+        return EmbeddingResult(vectors=tuple(vectors), n_tokens=tuple(len(p) for p in prompts))
+
+    def _embedder_for(self, model: LlamaModel) -> Embedder:
+        """The embedding context (made on first use, in the decode's thread); ModelNotReady once unloaded."""
+        if self._model is not model:
+            raise ModelNotReady("the model was unloaded")
+        if self._embedder is None:
+            self._embedder = Embedder(model)
+        return self._embedder
+
+    async def _embedding_tokens(
+        self, model: LlamaModel, inputs: Sequence[EmbeddingInput], *, truncate: bool
+    ) -> list[list[int]]:
+        """Each input's token ids: a text tokenized as llama-server does for embeddings (special tokens added and
+        parsed), in one worker thread; ids as they are. Raises InvalidRequest for an empty text, and without
+        ``truncate`` ContextLengthExceeded for a text too long to fit whatever it says."""
+        for index, given in enumerate(inputs):
+            if isinstance(given, str) and not given:
+                raise InvalidRequest(f"input[{index}] is empty", param="input")
+            fewest = -(-len(given) // self._longest_token) if isinstance(given, str) else 0
+            if not truncate and fewest > model.n_ctx:  # refused without tokenizing megabytes
+                raise ContextLengthExceeded(n_prompt=fewest, n_ctx=model.n_ctx, at_least=True, param="input")
+
+        def tokens() -> list[list[int]]:
+            return [
+                model.tokenize(given, add_special=True, parse_special=True) if isinstance(given, str) else list(given)
+                for given in inputs
+            ]
+
+        return await asyncio.to_thread(tokens)
+
     def slots(self) -> list[SlotInfo]:
         return self._loop.slots() if self._loop is not None else []
 
     async def unload(self) -> None:
-        if self._loop is not None:
-            await asyncio.to_thread(self._loop.stop)
-            self._loop = None
-        self._constraints = None
-        if self._model is not None:
-            self._model.free()
-            self._model = None
+        async with self._embedding:  # after the embedding decode under way; the next one finds no model
+            if self._embedder is not None:
+                await asyncio.to_thread(self._embedder.free)  # waits for a decode whose requester left
+                self._embedder = None
+            if self._loop is not None:
+                await asyncio.to_thread(self._loop.stop)
+                self._loop = None
+            self._constraints = None
+            if self._model is not None:
+                self._model.free()
+                self._model = None
 
     def slot_usage(self) -> SlotUsage:
         if self._loop is None:

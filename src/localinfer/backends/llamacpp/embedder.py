@@ -1,0 +1,185 @@
+"""Embeddings for a loaded llama.cpp model: a context of its own with ``embeddings`` on, made on first use.
+
+The pooling is the one the GGUF states (``<arch>.pooling_type``, read by llama.cpp); a model that states none (a
+generative model) is pooled by the mean of its tokens' last hidden states, as llama-server's ``--pooling mean``
+does. llama-server refuses such a model on its OpenAI route unless started with ``--pooling``; Ollama and vLLM
+embed with it, and so does localinfer. A reranker (``rank`` pooling) scores pairs, not texts, and is refused.
+
+A pooled vector is read once its whole sequence sits in one micro-batch, so the context's batch is as long as its
+context: any input that fits the context is embedded in one decode. Several inputs share a decode, each its own
+sequence, while their tokens fit. Only one thread at a time may use an ``Embedder`` (the backend's lock sees to it);
+it runs beside the step loop's context on the same weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import llama_cpp.llama_cpp as lc
+import numpy as np
+
+from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.errors import GenerationFailed, InvalidRequest, ModelLoadError, ModelNotReady
+
+log = logging.getLogger(__name__)
+
+MAX_SEQUENCES = 16  # inputs one decode takes at most
+POOLING_NAMES = {
+    lc.LLAMA_POOLING_TYPE_NONE: "none",
+    lc.LLAMA_POOLING_TYPE_MEAN: "mean",
+    lc.LLAMA_POOLING_TYPE_CLS: "cls",
+    lc.LLAMA_POOLING_TYPE_LAST: "last",
+    lc.LLAMA_POOLING_TYPE_RANK: "rank",
+}
+
+
+class Embedder:
+    """An embedding context on ``model``'s weights, ``model.n_ctx`` tokens long."""
+
+    def __init__(self, model: LlamaModel) -> None:
+        self._model = model
+        self._ctx: lc.llama_context_p | None = None
+        self._batch: Any = None  # an lc.llama_batch, whose stubs mistype its arrays
+        self.pooling = ""
+        self.n_embd = 0
+        self._lock = threading.Lock()  # held while decoding: ``free`` waits for a decode whose requester left
+        self._closed = False
+
+    def _open(self) -> lc.llama_context_p:
+        """The context, made on first use with the model's pooling (mean where it states none). Raises
+        ModelLoadError when llama.cpp cannot make it, InvalidRequest for a reranker."""
+        if self._ctx is not None:
+            return self._ctx
+        ctx = self._context(lc.LLAMA_POOLING_TYPE_UNSPECIFIED)
+        pooling = int(lc.llama_pooling_type(ctx))
+        if pooling == lc.LLAMA_POOLING_TYPE_NONE:  # a generative model: llama.cpp would give per-token vectors
+            lc.llama_free(ctx)
+            ctx = self._context(lc.LLAMA_POOLING_TYPE_MEAN)
+            pooling = int(lc.llama_pooling_type(ctx))
+        if pooling == lc.LLAMA_POOLING_TYPE_RANK:
+            lc.llama_free(ctx)
+            raise InvalidRequest(
+                "this model is a reranker (its GGUF states rank pooling): it scores query and document pairs and "
+                "does not embed texts",
+                param="model",
+            )
+        self.pooling = POOLING_NAMES.get(pooling, str(pooling))
+        assert self._model.model is not None
+        self.n_embd = int(lc.llama_model_n_embd(self._model.model))
+        self._batch = lc.llama_batch_init(self._model.n_ctx, 0, 1)
+        self._ctx = ctx
+        log.debug(
+            "embedding context: %d tokens, %s pooling, %d dimensions", self._model.n_ctx, self.pooling, self.n_embd
+        )
+        return ctx
+
+    def _context(self, pooling: int) -> lc.llama_context_p:
+        model = self._model
+        params = lc.llama_context_default_params()
+        params.n_ctx = model.n_ctx
+        params.n_batch = model.n_ctx  # a pooled vector needs its whole sequence in one micro-batch
+        params.n_ubatch = model.n_ctx
+        params.n_seq_max = MAX_SEQUENCES
+        params.kv_unified = True  # the sequences of one decode share the context's cells
+        params.n_threads = model.threads
+        params.n_threads_batch = model.threads
+        params.embeddings = True
+        params.pooling_type = pooling
+        params.no_perf = True
+        ctx: lc.llama_context_p = lc.llama_init_from_model(model.model, params)
+        if not ctx:
+            raise ModelLoadError(
+                f"llama.cpp could not create an embedding context of {model.n_ctx} tokens",
+                hint="try a smaller context with --ctx-size",
+            )
+        return ctx
+
+    def embed(self, prompts: Sequence[Sequence[int]], *, normalize: bool) -> list[tuple[float, ...]]:
+        """One vector per prompt, in order; each prompt holds 1 to ``n_ctx`` valid token ids and all of them
+        together fit the context (``batches`` groups them so). Raises GenerationFailed when llama.cpp fails."""
+        with self._lock:
+            if self._closed:
+                raise ModelNotReady("the model was unloaded")
+            return self._embed(self._open(), prompts, normalize=normalize)
+
+    def _embed(
+        self, ctx: lc.llama_context_p, prompts: Sequence[Sequence[int]], *, normalize: bool
+    ) -> list[tuple[float, ...]]:
+        batch = self._batch
+        assert batch is not None
+        assert 0 < len(prompts) <= MAX_SEQUENCES and sum(map(len, prompts)) <= self._model.n_ctx
+        lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
+        n = 0
+        for seq, prompt in enumerate(prompts):
+            for pos, token in enumerate(prompt):
+                batch.token[n] = token
+                batch.pos[n] = pos
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = seq
+                batch.logits[n] = True  # pooling reads every token's output
+                n += 1
+        batch.n_tokens = n
+        status = lc.llama_decode(ctx, batch)
+        if status != 0:
+            raise GenerationFailed(f"llama.cpp could not embed the input (llama_decode returned {status})")
+        vectors = []
+        for seq in range(len(prompts)):
+            pointer = lc.llama_get_embeddings_seq(ctx, seq)
+            if not pointer:
+                raise GenerationFailed("llama.cpp gave no pooled vector for the input")
+            vector = np.ctypeslib.as_array(pointer, shape=(self.n_embd,)).astype(np.float64)
+            if normalize:
+                norm = float(np.sqrt(np.dot(vector, vector)))
+                vector = vector / max(norm, 1e-12)
+            vectors.append(tuple(vector.astype(np.float32).tolist()))
+        return vectors
+
+    def free(self) -> None:
+        """Free the context, once a decode under way has ended; later calls to ``embed`` raise ModelNotReady."""
+        with self._lock:
+            self._closed = True
+            self._free()
+
+    def _free(self) -> None:
+        if self._batch is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx is not None:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+
+
+def batches(prompts: Sequence[Sequence[int]], *, n_ctx: int) -> list[list[int]]:
+    """The prompts' indices grouped into decodes: in order, at most MAX_SEQUENCES and ``n_ctx`` tokens each."""
+    groups: list[list[int]] = []
+    tokens = 0
+    for index, prompt in enumerate(prompts):
+        if not groups or len(groups[-1]) == MAX_SEQUENCES or tokens + len(prompt) > n_ctx:
+            groups.append([])
+            tokens = 0
+        groups[-1].append(index)
+        tokens += len(prompt)
+    return groups
+
+
+def fit(prompt: list[int], *, n_ctx: int, keep_last: bool) -> list[int]:
+    """``prompt`` cut to ``n_ctx`` tokens; ``keep_last`` keeps its last token (the EOS or SEP the tokenizer
+    appends, which a model pooling by it needs)."""
+    if len(prompt) <= n_ctx:
+        return prompt
+    return prompt[: n_ctx - 1] + prompt[-1:] if keep_last else prompt[:n_ctx]
+
+
+def check_prompt(prompt: Sequence[int], n_vocab: int, *, index: int) -> None:
+    """Refuse an empty prompt or an id outside the vocabulary (llama.cpp would read past its tables)."""
+    where = f"input[{index}]"
+    if not prompt:
+        raise InvalidRequest(f"{where} is empty", param="input")
+    bad = next((token for token in prompt if not 0 <= token < n_vocab), None)
+    if bad is not None:
+        raise InvalidRequest(
+            f"{where}: token id {bad} is not in the model's vocabulary (0 to {n_vocab - 1})", param="input"
+        )
