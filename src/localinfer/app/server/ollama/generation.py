@@ -3,7 +3,9 @@ Open WebUI and the ``ollama`` client chat with localinfer unchanged.
 
 - ``POST /api/chat {"model", "messages", "stream", "format", "options", "keep_alive", "think"}``
 - ``POST /api/generate {"model", "prompt", "system", "raw", "suffix", "format", "options", ...}``: the prompt goes
-  through the model's chat template (with ``system``) unless ``raw``.
+  through the model's chat template (with ``system``) unless ``raw``; with a ``suffix``, the model fills in the
+  text between ``prompt`` and ``suffix`` (its FIM tokens laid out as llama-server's /infill does; a model without
+  them is a 400), as Continue's autocomplete asks.
 
 ``stream`` defaults to true: NDJSON lines ``{"model", "created_at", "message": {"role", "content"}, "done":
 false}`` (``"response"`` for /api/generate), then a last line with ``"done": true``, ``done_reason`` (``stop``,
@@ -33,7 +35,7 @@ from localinfer.app.server.errors import finish_reason_for, ollama_error_body, u
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.ollama.wire import ChatBody, GenerateBody, json_body
 from localinfer.engine.engine import Engine
-from localinfer.errors import InvalidRequest, LocalInferError
+from localinfer.errors import LocalInferError
 from localinfer.types import TokenChunk, TokenStream, ToolCall
 
 router = APIRouter(prefix="/api", route_class=FastJSONRoute)
@@ -126,11 +128,14 @@ async def generate(request: Request, body: GenerateJSON) -> JSONResponse | Strea
     model = requested_model(request, body.model_name())
     clock = _Clock()
     body.check()
-    if body.suffix:
-        raise InvalidRequest("suffix (fill-in-the-middle) is not supported yet", param="suffix")
-    stream = engine.complete(body.completion(model)) if body.raw else engine.chat(body.chat(model))
+    if body.suffix:  # fill in the middle, from the model's FIM tokens (a model without them: a 400)
+        stream = engine.infill(body.infill(model))
+    elif body.raw:
+        stream = engine.complete(body.completion(model))
+    else:
+        stream = engine.chat(body.chat(model))
     await unless_disconnected(request, clock.load_model(engine, model))
-    if not body.prompt:
+    if not body.prompt and not body.suffix:
         await stream.aclose()
         return JSONResponse(clock.loaded(model, _response("")))
     return await _answer(request, stream, body.stream, model, clock, _response)

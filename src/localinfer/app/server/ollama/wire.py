@@ -22,6 +22,7 @@ from localinfer.types import (
     ChatRequest,
     CompletionRequest,
     GenerationOptions,
+    InfillRequest,
     ResponseFormat,
     SamplingParams,
     Tool,
@@ -218,6 +219,10 @@ class GenerateBody(_GenerationBody):
         """The prompt (and system text) through the model's chat template, as Ollama does when ``raw`` is false."""
         system = (ChatMessage("system", self.system),) if self.system else ()
         return ChatRequest(model, (*system, ChatMessage("user", self.prompt)), self._options())
+
+    def infill(self, model: str) -> InfillRequest:
+        """Fill in the middle: ``prompt`` is the text before the gap, ``suffix`` the text after it."""
+        return InfillRequest(model, prefix=self.prompt, suffix=self.suffix, options=self._options())
 
     def completion(self, model: str) -> CompletionRequest:
         """The prompt as it is (``raw``)."""
