@@ -24,9 +24,11 @@ from localinfer.app.server.guard import AccessGuard, AccessPolicy
 from localinfer.app.server.limits import BodyLimits
 from localinfer.app.server.llamacpp.infill import router as llamacpp_infill_router
 from localinfer.app.server.llamacpp.routes import router as llamacpp_router
+from localinfer.app.server.ollama.embed import router as ollama_embed_router
 from localinfer.app.server.ollama.generation import router as ollama_generation_router
 from localinfer.app.server.ollama.routes import router as ollama_router
 from localinfer.app.server.ollama.show import router as ollama_show_router
+from localinfer.app.server.openai.embeddings import router as openai_embeddings_router
 from localinfer.app.server.openai.routes import router as openai_router
 from localinfer.app.server.relay import EngineRelay
 from localinfer.client.local import LocalClient
@@ -73,6 +75,8 @@ def create_app(
     app.include_router(llamacpp_router)
     app.include_router(ollama_generation_router)
     app.include_router(ollama_show_router)
+    app.include_router(openai_embeddings_router)
+    app.include_router(ollama_embed_router)
     app.add_middleware(EngineRelay, relay_for=engine.relay)  # models vLLM serves: their OpenAI routes as they are
     app.add_middleware(BodyLimits, max_bytes=max_body)  # after the key check, before the relay buffers a body
     policy = access or AccessPolicy()

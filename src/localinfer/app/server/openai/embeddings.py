@@ -1,0 +1,93 @@
+"""``POST /v1/embeddings``, as OpenAI answers it: codebase indexing and RAG clients (Continue, Cline, LangChain...).
+
+- ``input``: a string, a list of strings, a token array, or a list of token arrays; at most ``MAX_INPUTS`` of
+  them, none empty, each within the model's context (a 400 otherwise: OpenAI refuses rather than truncates).
+- ``encoding_format``: ``float`` (the default) or ``base64``, the vector's little-endian float32 bytes, which the
+  official ``openai`` client asks for by default and decodes.
+- ``dimensions``: only the model's own (OpenAI's newer models can shorten their vectors; these cannot): any other
+  value is a 400 naming it.
+- ``model``: a request naming none goes to the server's default model.
+
+Vectors are pooled as the model's GGUF states (mean pooling for a generative model) and L2-normalised, as
+OpenAI's are. ``usage.prompt_tokens`` counts the tokens embedded.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Annotated, Any, Literal
+
+import pydantic_core
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from localinfer.app.server.core.model_name import requested_model
+from localinfer.app.server.disconnect import unless_disconnected
+from localinfer.app.server.limits import FastJSONRoute
+from localinfer.backends.base import EmbeddingInput
+from localinfer.engine.engine import Engine
+from localinfer.errors import InvalidRequest
+
+router = APIRouter(prefix="/v1", route_class=FastJSONRoute)
+
+MAX_INPUTS = 2048  # OpenAI's own bound on one request's inputs
+
+Tokens = Annotated[list[StrictInt], Field(max_length=1 << 20)]
+
+
+class EmbeddingsBody(BaseModel):
+    """The request body; unknown fields (``user``...) are accepted and ignored, as OpenAI-compatible servers do."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    input: StrictStr | list[StrictStr] | Tokens | list[Tokens]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: StrictInt | None = Field(None, ge=1)
+
+    def inputs(self) -> list[EmbeddingInput]:
+        """The inputs, each a text or token ids. Raises InvalidRequest for none or too many."""
+        given = self.input
+        inputs: list[EmbeddingInput]
+        if isinstance(given, str):
+            inputs = [given]
+        elif given and isinstance(given[0], int):
+            inputs = [[token for token in given if isinstance(token, int)]]
+        else:
+            inputs = [item for item in given if not isinstance(item, int)]
+        if not inputs:
+            raise InvalidRequest("input is empty", param="input")
+        if len(inputs) > MAX_INPUTS:
+            raise InvalidRequest(f"input holds {len(inputs)} items; at most {MAX_INPUTS} are allowed", param="input")
+        return inputs
+
+
+@router.post("/embeddings", response_model=None)
+async def embeddings(body: EmbeddingsBody, request: Request) -> Response:
+    engine: Engine = request.app.state.engine
+    model = requested_model(request, body.model)
+    result = await unless_disconnected(request, engine.embed(model, body.inputs(), normalize=True))
+    n_dimensions = len(result.vectors[0])
+    if body.dimensions is not None and body.dimensions != n_dimensions:
+        raise InvalidRequest(
+            f"dimensions is {body.dimensions}, but this model's vectors have {n_dimensions} and cannot be shortened",
+            param="dimensions",
+        )
+    answer: dict[str, Any] = {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": index, "embedding": _encoded(vector, body.encoding_format)}
+            for index, vector in enumerate(result.vectors)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens},
+    }
+    return Response(pydantic_core.to_json(answer), media_type="application/json")
+
+
+def _encoded(vector: tuple[float, ...], encoding: str) -> list[float] | str:
+    """The vector as numbers, or as base64 of its little-endian float32 bytes (what OpenAI sends)."""
+    if encoding == "base64":
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+    return list(vector)
