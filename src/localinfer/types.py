@@ -77,6 +77,7 @@ class GenerationOptions:
     # max_tokens past the context: refused (a 400, as OpenAI and vLLM answer), or served until the context is full
     # (as Ollama and llama-server do, and the TUI)
     refuse_max_tokens_past_context: bool = False
+    logprobs: int | None = None  # each token's log-probability and this many most likely ones; None: none
     n_indent: int = 0  # llama-server's: a line after the first, indented less than this, ends the text (cut there)
     t_max_predict_ms: float = 0.0  # llama-server's: once generating took longer, the next line end ends the text
 
@@ -180,6 +181,18 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token: its text (a piece of a character reads as U+FFFD), bytes and natural-log
+    probability under the model's own distribution (its raw logits, before penalties, temperature or any
+    constraint), and the most likely tokens at that position as ``(text, bytes, logprob)``, most likely first."""
+
+    token: str
+    raw: bytes
+    logprob: float
+    top: tuple[tuple[str, bytes, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class TokenChunk:
     """A piece of generated text. The last chunk of a generation has ``finish_reason``, ``usage`` and ``timings``,
     and ``stop_word``: the stop string that ended it (None when it ended another way, or the backend cannot say)."""
@@ -189,6 +202,7 @@ class TokenChunk:
     usage: Usage | None = None
     timings: Timings | None = None
     tool_calls: tuple[ToolCall, ...] = ()  # on the last chunk, when the model called functions
+    logprobs: tuple[TokenLogprob, ...] = ()  # the tokens whose text this chunk (first) carries, when asked
     stop_word: str | None = None
 
 

@@ -67,7 +67,6 @@ def test_n_above_one_is_400(client: openai.OpenAI, model_name: str) -> None:
     ("field", "value"),
     [
         ("logit_bias", {"42": 100}),
-        ("logprobs", True),
     ],
 )
 def test_a_field_that_would_change_the_answer_is_refused_never_dropped(

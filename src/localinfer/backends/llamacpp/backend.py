@@ -23,7 +23,7 @@ from localinfer.backends.base import (
 from localinfer.backends.chunks import ChunkQueue, relay
 from localinfer.backends.line_limits import text_stream_for
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
-from localinfer.backends.llamacpp.embedder import Embedder, batches, check_prompt, fit
+from localinfer.backends.llamacpp.embedder import Embedder, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import build_sampler
@@ -91,6 +91,7 @@ class LlamaCppBackend(Backend):
             max_tokens=options.max_tokens,
             ignore_eos=options.ignore_eos,
             cache_prompt=options.cache_prompt,
+            n_logprobs=options.logprobs,
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
             text=constraint.text_stream(options.stop) if constraint else text_stream_for(options),
         )
@@ -139,11 +140,10 @@ class LlamaCppBackend(Backend):
             elif len(prompt) > model.n_ctx:
                 raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx, param="input")
         vectors: list[tuple[float, ...]] = []
-        for group in batches(prompts, n_ctx=model.n_ctx):
-            async with self._embedding:  # taken per decode: a long request does not hold off the others for long
+        for prompt in prompts:
+            async with self._embedding:  # taken per input: a long request does not hold off the others for long
                 embedder = self._embedder_for(model)
-                chosen = [prompts[i] for i in group]
-                vectors += await asyncio.to_thread(embedder.embed, chosen, normalize=normalize)
+                vectors.append(await asyncio.to_thread(embedder.embed, prompt, normalize=normalize))
         return EmbeddingResult(vectors=tuple(vectors), n_tokens=tuple(len(p) for p in prompts))
 
     def _embedder_for(self, model: LlamaModel) -> Embedder:

@@ -12,7 +12,7 @@ import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.llamacpp.checkpoints import Checkpoint
 from localinfer.backends.text_stream import TextStream
-from localinfer.types import FinishReason, Timings, TokenChunk, Usage
+from localinfer.types import FinishReason, Timings, TokenChunk, TokenLogprob, Usage
 
 Delivery = Callable[[TokenChunk | BaseException], None]
 Item = TokenChunk | BaseException
@@ -70,13 +70,18 @@ class Job:
     generated: int = 0
     t_prefill_start: float = 0.0
     t_first_token: float = 0.0
+    n_logprobs: int | None = None  # None: no log-probabilities; else each token's and this many most likely ones
+    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
 
     def reached_max_tokens(self) -> bool:
         return self.max_tokens is not None and self.generated >= self.max_tokens
 
     def emit(self, text: str) -> None:
+        """Send ``text``, with the log-probabilities of the tokens not sent yet (text held back, a piece of a
+        character or a possible stop string, carries its tokens into the chunk that sends it)."""
         if text:
-            self.deliver(TokenChunk(text))
+            logprobs, self.pending_logprobs = tuple(self.pending_logprobs), []
+            self.deliver(TokenChunk(text, logprobs=logprobs))
 
     def finish(self, reason: FinishReason) -> None:
         """Send the held-back text and the closing chunk with usage and timings."""
@@ -90,8 +95,16 @@ class Job:
         )
         usage = Usage(len(self.prompt), self.generated, self.cached_tokens)
         tail = self.text.flush()
+        logprobs, self.pending_logprobs = tuple(self.pending_logprobs), []
         self.deliver(
-            TokenChunk(tail, finish_reason=reason, usage=usage, timings=timings, stop_word=self.text.stop_word)
+            TokenChunk(
+                tail,
+                finish_reason=reason,
+                usage=usage,
+                timings=timings,
+                stop_word=self.text.stop_word,
+                logprobs=logprobs,
+            )
         )
 
     def fail(self, error: BaseException) -> None:

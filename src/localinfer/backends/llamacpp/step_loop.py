@@ -20,6 +20,7 @@ from localinfer.backends.base import SlotInfo, SlotUsage
 from localinfer.backends.llamacpp import checkpoints
 from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
+from localinfer.backends.llamacpp.logprobs import token_logprob
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.errors import GenerationFailed
 from localinfer.types import FinishReason
@@ -206,6 +207,8 @@ class StepLoop:
                 self._finish(slot, "stop")
                 return
             job.generated += 1
+            if job.n_logprobs is not None:
+                job.pending_logprobs.append(token_logprob(model, self._ctx, slot.batch_index, token, job.n_logprobs))
             job.emit(job.text.push(model.token_bytes(token)))
         except Exception as exc:
             log.exception("request %s failed while sampling", job.request_id)

@@ -77,6 +77,8 @@ class OnnxBackend(Backend):
         if len(prompt) >= facts.n_ctx:
             raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=facts.n_ctx)
         options = request.options
+        if options.logprobs is not None:
+            raise InvalidRequest("log-probabilities are not available for ONNX models", param="logprobs")
         if self._turn.locked() and self._waiting >= self._max_queue:
             raise QueueFull(f"{self._waiting} requests are already waiting for this model", hint="retry later")
         self._waiting += 1

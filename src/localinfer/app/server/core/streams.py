@@ -7,7 +7,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-from localinfer.types import TokenChunk, TokenStream
+from localinfer.types import TokenChunk, TokenLogprob, TokenStream
 
 
 async def primed(stream: TokenStream) -> TokenStream:
@@ -32,6 +32,7 @@ class Collected:
 
     text: str = ""
     last: TokenChunk = field(default_factory=lambda: TokenChunk(""))
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # every token's, when they were asked for
 
 
 async def collect(chunks: TokenStream) -> Collected:
@@ -40,6 +41,7 @@ async def collect(chunks: TokenStream) -> Collected:
     async with aclosing(chunks):
         async for chunk in chunks:
             parts.append(chunk.text)
+            result.logprobs.extend(chunk.logprobs)
             result.last = chunk
     result.text = "".join(parts)
     return result

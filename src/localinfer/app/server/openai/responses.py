@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from localinfer.app.server.errors import finish_reason_for, openai_error
 from localinfer.errors import LocalInferError
-from localinfer.types import Timings, TokenStream, ToolCall, Usage
+from localinfer.types import Timings, TokenLogprob, TokenStream, ToolCall, Usage
 
 
 def usage_body(usage: Usage | None) -> dict[str, Any] | None:
@@ -71,7 +71,7 @@ class ChoiceShape(Protocol):
     """How one dialect endpoint shapes a streamed choice."""
 
     def opening(self, index: int) -> dict[str, Any] | None: ...
-    def content(self, index: int, text: str) -> dict[str, Any]: ...
+    def content(self, index: int, text: str, logprobs: tuple[TokenLogprob, ...] = ()) -> dict[str, Any]: ...
     def tool_calls(self, index: int, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]: ...
     def finish(self, index: int, reason: str) -> dict[str, Any]: ...
 
@@ -98,8 +98,8 @@ async def sse_stream(
                 yield sse(header.chunk([opening], **extra))
             async with aclosing(stream):
                 async for chunk in stream:
-                    if chunk.text:
-                        yield sse(header.chunk([shape.content(index, chunk.text)], **extra))
+                    if chunk.text or chunk.logprobs:
+                        yield sse(header.chunk([shape.content(index, chunk.text, chunk.logprobs)], **extra))
                     for delta in shape.tool_calls(index, chunk.tool_calls):
                         yield sse(header.chunk([delta], **extra))
                     if chunk.finish_reason is not None:
@@ -119,3 +119,27 @@ async def sse_stream(
     if include_usage:
         yield sse(header.chunk([], usage=usage_body(total)))
     yield sse("[DONE]")
+
+
+def chat_logprobs(logprobs: Sequence[TokenLogprob]) -> dict[str, Any]:
+    """Chat's ``logprobs``: ``{"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}``."""
+
+    def entry(token: str, raw: bytes, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(raw)}
+
+    content = [{**entry(t.token, t.raw, t.logprob), "top_logprobs": [entry(*top) for top in t.top]} for t in logprobs]
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(logprobs: Sequence[TokenLogprob], offset: int) -> dict[str, Any]:
+    """The legacy completions' ``logprobs``: parallel lists, ``text_offset`` counted from ``offset``."""
+    offsets, at = [], offset
+    for t in logprobs:
+        offsets.append(at)
+        at += len(t.token)
+    return {
+        "tokens": [t.token for t in logprobs],
+        "token_logprobs": [t.logprob for t in logprobs],
+        "top_logprobs": [{token: logprob for token, _, logprob in t.top} for t in logprobs],
+        "text_offset": offsets,
+    }

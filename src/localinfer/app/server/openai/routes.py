@@ -11,12 +11,19 @@ from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
-from localinfer.app.server.openai.responses import StreamHeader, sse_stream, timings_body, usage_body
+from localinfer.app.server.openai.responses import (
+    StreamHeader,
+    chat_logprobs,
+    completion_logprobs,
+    sse_stream,
+    timings_body,
+    usage_body,
+)
 from localinfer.app.server.openai.tools_wire import tool_calls_body
 from localinfer.app.server.openai.wire import ChatCompletionBody, CompletionBody
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
-from localinfer.types import CompletionRequest, InfillRequest, Timings, TokenStream, ToolCall, Usage
+from localinfer.types import CompletionRequest, InfillRequest, Timings, TokenLogprob, TokenStream, ToolCall, Usage
 
 router = APIRouter(
     prefix="/v1", route_class=FastJSONRoute
@@ -55,8 +62,12 @@ class _ChatShape:
             "finish_reason": None,
         }
 
-    def content(self, index: int, text: str) -> dict[str, Any]:
-        return {"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+    def __init__(self, with_logprobs: bool = False) -> None:
+        self._with_logprobs = with_logprobs
+
+    def content(self, index: int, text: str, logprobs: tuple[TokenLogprob, ...] = ()) -> dict[str, Any]:
+        shown = chat_logprobs(logprobs) if self._with_logprobs else None
+        return {"index": index, "delta": {"content": text}, "logprobs": shown, "finish_reason": None}
 
     def tool_calls(self, index: int, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
         """Each call as OpenAI streams it: its id, type and name with empty arguments, then the arguments."""
@@ -81,13 +92,14 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
     stream = await unless_disconnected(request, primed(_engine(request).chat(core)))
     header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
     if body.stream:
-        events = sse_stream([stream], header, _ChatShape(), body.include_usage)
+        events = sse_stream([stream], header, _ChatShape(body.logprobs), body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))
     message: dict[str, Any] = {"role": "assistant", "content": result.text}
     if result.last.tool_calls:
         message = {**message, "content": result.text or None, "tool_calls": tool_calls_body(result.last.tool_calls)}
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": result.last.finish_reason}
+    logprobs = chat_logprobs(result.logprobs) if body.logprobs else None
+    choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": result.last.finish_reason}
     return JSONResponse(
         {
             **header.chunk([choice], usage=usage_body(result.last.usage), timings=timings_body(result.last.timings)),
@@ -97,15 +109,21 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
 
 
 class _CompletionShape:
-    def __init__(self, prompts: list[str], echo: bool) -> None:
+    def __init__(self, prompts: list[str], echo: bool, with_logprobs: bool = False) -> None:
         self._prompts = prompts
         self._echo = echo
+        self._with_logprobs = with_logprobs
+        self._offsets = [len(p) if echo else 0 for p in prompts]  # where the next text starts, per choice
 
     def opening(self, index: int) -> dict[str, Any] | None:
-        return self.content(index, self._prompts[index]) if self._echo else None
+        if not self._echo:
+            return None
+        return {"index": index, "text": self._prompts[index], "logprobs": None, "finish_reason": None}
 
-    def content(self, index: int, text: str) -> dict[str, Any]:
-        return {"index": index, "text": text, "logprobs": None, "finish_reason": None}
+    def content(self, index: int, text: str, logprobs: tuple[TokenLogprob, ...] = ()) -> dict[str, Any]:
+        shown = completion_logprobs(logprobs, self._offsets[index]) if self._with_logprobs else None
+        self._offsets[index] += len(text)
+        return {"index": index, "text": text, "logprobs": shown, "finish_reason": None}
 
     def tool_calls(self, index: int, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
         return []  # text completions take no tools
@@ -128,15 +146,18 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
     if body.stream:
         first = await unless_disconnected(request, primed(_generate(engine, cores[0])))
         streams = [first] + [_generate(engine, c) for c in cores[1:]]
-        events = sse_stream(streams, header, _CompletionShape(prompts, body.echo), body.include_usage)
+        shape = _CompletionShape(prompts, body.echo, body.logprobs is not None)
+        events = sse_stream(streams, header, shape, body.include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     choices: list[dict[str, Any]] = []
     usage = Usage(0, 0, 0)
     timings = Timings(0.0, 0.0, 0, 0)
     for index, core in enumerate(cores):
         result = await unless_disconnected(request, collect(_generate(engine, core)))
+        start = len(prompts[index]) if body.echo else 0
         text = (prompts[index] if body.echo else "") + result.text
-        choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": result.last.finish_reason})
+        logprobs = completion_logprobs(result.logprobs, start) if body.logprobs is not None else None
+        choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": result.last.finish_reason})
         usage = usage + (result.last.usage or Usage(0, 0, 0))
         timings = timings + (result.last.timings or Timings(0.0, 0.0, 0, 0))
     return JSONResponse(header.chunk(choices, usage=usage_body(usage), timings=timings_body(timings)))

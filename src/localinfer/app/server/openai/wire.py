@@ -23,6 +23,8 @@ from localinfer.types import (
     SamplingParams,
 )
 
+MAX_TOP_LOGPROBS = 20  # as OpenAI's top_logprobs and llama-server's n_probs
+
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -101,17 +103,18 @@ class _SamplingWire(_Wire):
     max_tokens: int | None = Field(None, ge=1)
     ignore_eos: bool = False
     cache_prompt: bool = True
-    logprobs: bool | int | None = None
     logit_bias: dict[str, float] | None = None
 
     def _check_supported(self) -> None:
         """Fields that would change the answer and cannot be honoured are refused, never dropped."""
         if self.n != 1:
             raise InvalidRequest(f"n={self.n} is not supported: only one choice per request (n=1)", param="n")
-        if self.logprobs:
-            raise InvalidRequest("logprobs are not supported yet", param="logprobs")
         if self.logit_bias:
             raise InvalidRequest("logit_bias is not supported yet", param="logit_bias")
+
+    def _n_logprobs(self) -> int | None:
+        """How many most likely tokens to report beside each generated one; None: no log-probabilities."""
+        return None
 
     def _options(self, max_tokens: int | None, response_format: ResponseFormat) -> GenerationOptions:
         self._check_supported()
@@ -136,6 +139,7 @@ class _SamplingWire(_Wire):
             ignore_eos=self.ignore_eos,
             cache_prompt=self.cache_prompt,
             refuse_max_tokens_past_context=True,  # as OpenAI and vLLM do
+            logprobs=self._n_logprobs(),
         )
 
     @property
@@ -149,6 +153,13 @@ class ChatCompletionBody(_SamplingWire):
     response_format: ResponseFormatWire | None = None
     tools: list[ToolWire] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedChoice | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    def _n_logprobs(self) -> int | None:
+        if self.top_logprobs and not self.logprobs:
+            raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def to_core(self) -> ChatRequest:
         tools, tool_choice = tools_to_core(self.tools, self.tool_choice)
@@ -167,6 +178,11 @@ class CompletionBody(_SamplingWire):
     prompt: str | list[str]
     max_tokens: int | None = Field(16, ge=1)
     echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # the legacy API: how many most likely tokens
+
+    def _n_logprobs(self) -> int | None:
+        return self.logprobs
+
     suffix: str | None = None
 
     @property
