@@ -18,6 +18,7 @@ import pytest
 
 from localinfer.models.pypi import pull_pypi
 from localinfer.models.store import Manifest, ModelStore
+from tests.embedding_model import embedding_model_once
 from tests.fim_model import fim_model_once
 from tests.onnx_model import convert_once
 
@@ -68,6 +69,13 @@ def smollm2_fim(smollm2: Manifest, model_store: ModelStore) -> Manifest:
     """SmolLM2 with fill-in-the-middle tokens declared in its metadata (derived once, ``tests/fim_model.py``),
     registered as ``smollm2-fim``."""
     return fim_model_once(smollm2, model_store)
+
+
+@pytest.fixture(scope="session")
+def smollm2_embed(smollm2: Manifest, model_store: ModelStore) -> Manifest:
+    """SmolLM2 whose metadata states last-token pooling, an embedding model (derived once,
+    ``tests/embedding_model.py``), registered as ``smollm2-embed``."""
+    return embedding_model_once(smollm2, model_store)
 
 
 @pytest.fixture(scope="session")

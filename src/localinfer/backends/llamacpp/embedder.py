@@ -6,9 +6,11 @@ does. llama-server refuses such a model on its OpenAI route unless started with 
 embed with it, and so does localinfer. A reranker (``rank`` pooling) scores pairs, not texts, and is refused.
 
 A pooled vector is read once its whole sequence sits in one micro-batch, so the context's batch is as long as its
-context: any input that fits the context is embedded in one decode. Several inputs share a decode, each its own
-sequence, while their tokens fit. Only one thread at a time may use an ``Embedder`` (the backend's lock sees to it);
-it runs beside the step loop's context on the same weights.
+context: any input that fits the context is embedded in one decode. Each input gets a decode of its own: llama.cpp
+computes a batch of more tokens by other kernels, whose rounding moves a vector by up to ~3e-3 (measured on
+SmolLM2), so packing inputs together would make a text's vector depend on what else was sent with it. Alone, the
+same text always gets the same vector. Only one thread at a time may use an ``Embedder`` (its lock sees to it); it
+runs beside the step loop's context on the same weights.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from localinfer.errors import GenerationFailed, InvalidRequest, ModelLoadError, 
 
 log = logging.getLogger(__name__)
 
-MAX_SEQUENCES = 16  # inputs one decode takes at most
 POOLING_NAMES = {
     lc.LLAMA_POOLING_TYPE_NONE: "none",
     lc.LLAMA_POOLING_TYPE_MEAN: "mean",
@@ -82,8 +83,7 @@ class Embedder:
         params.n_ctx = model.n_ctx
         params.n_batch = model.n_ctx  # a pooled vector needs its whole sequence in one micro-batch
         params.n_ubatch = model.n_ctx
-        params.n_seq_max = MAX_SEQUENCES
-        params.kv_unified = True  # the sequences of one decode share the context's cells
+        params.n_seq_max = 1
         params.n_threads = model.threads
         params.n_threads_batch = model.threads
         params.embeddings = True
@@ -97,45 +97,35 @@ class Embedder:
             )
         return ctx
 
-    def embed(self, prompts: Sequence[Sequence[int]], *, normalize: bool) -> list[tuple[float, ...]]:
-        """One vector per prompt, in order; each prompt holds 1 to ``n_ctx`` valid token ids and all of them
-        together fit the context (``batches`` groups them so). Raises GenerationFailed when llama.cpp fails."""
+    def embed(self, prompt: Sequence[int], *, normalize: bool) -> tuple[float, ...]:
+        """``prompt``'s vector; it holds 1 to ``n_ctx`` valid token ids. Raises GenerationFailed when llama.cpp
+        fails, ModelNotReady once freed."""
         with self._lock:
             if self._closed:
                 raise ModelNotReady("the model was unloaded")
-            return self._embed(self._open(), prompts, normalize=normalize)
+            return self._embed(self._open(), prompt, normalize=normalize)
 
-    def _embed(
-        self, ctx: lc.llama_context_p, prompts: Sequence[Sequence[int]], *, normalize: bool
-    ) -> list[tuple[float, ...]]:
+    def _embed(self, ctx: lc.llama_context_p, prompt: Sequence[int], *, normalize: bool) -> tuple[float, ...]:
         batch = self._batch
-        assert batch is not None
-        assert 0 < len(prompts) <= MAX_SEQUENCES and sum(map(len, prompts)) <= self._model.n_ctx
+        assert 0 < len(prompt) <= self._model.n_ctx
         lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
-        n = 0
-        for seq, prompt in enumerate(prompts):
-            for pos, token in enumerate(prompt):
-                batch.token[n] = token
-                batch.pos[n] = pos
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = seq
-                batch.logits[n] = True  # pooling reads every token's output
-                n += 1
-        batch.n_tokens = n
+        for pos, token in enumerate(prompt):
+            batch.token[pos] = token
+            batch.pos[pos] = pos
+            batch.n_seq_id[pos] = 1
+            batch.seq_id[pos][0] = 0
+            batch.logits[pos] = True  # pooling reads every token's output
+        batch.n_tokens = len(prompt)
         status = lc.llama_decode(ctx, batch)
         if status != 0:
             raise GenerationFailed(f"llama.cpp could not embed the input (llama_decode returned {status})")
-        vectors = []
-        for seq in range(len(prompts)):
-            pointer = lc.llama_get_embeddings_seq(ctx, seq)
-            if not pointer:
-                raise GenerationFailed("llama.cpp gave no pooled vector for the input")
-            vector = np.ctypeslib.as_array(pointer, shape=(self.n_embd,)).astype(np.float64)
-            if normalize:
-                norm = float(np.sqrt(np.dot(vector, vector)))
-                vector = vector / max(norm, 1e-12)
-            vectors.append(tuple(vector.astype(np.float32).tolist()))
-        return vectors
+        pointer = lc.llama_get_embeddings_seq(ctx, 0)
+        if not pointer:
+            raise GenerationFailed("llama.cpp gave no pooled vector for the input")
+        vector = np.ctypeslib.as_array(pointer, shape=(self.n_embd,)).astype(np.float64)
+        if normalize:
+            vector = vector / max(float(np.sqrt(np.dot(vector, vector))), 1e-12)
+        return tuple(vector.astype(np.float32).tolist())
 
     def free(self) -> None:
         """Free the context, once a decode under way has ended; later calls to ``embed`` raise ModelNotReady."""
@@ -150,19 +140,6 @@ class Embedder:
         if self._ctx is not None:
             lc.llama_free(self._ctx)
             self._ctx = None
-
-
-def batches(prompts: Sequence[Sequence[int]], *, n_ctx: int) -> list[list[int]]:
-    """The prompts' indices grouped into decodes: in order, at most MAX_SEQUENCES and ``n_ctx`` tokens each."""
-    groups: list[list[int]] = []
-    tokens = 0
-    for index, prompt in enumerate(prompts):
-        if not groups or len(groups[-1]) == MAX_SEQUENCES or tokens + len(prompt) > n_ctx:
-            groups.append([])
-            tokens = 0
-        groups[-1].append(index)
-        tokens += len(prompt)
-    return groups
 
 
 def fit(prompt: list[int], *, n_ctx: int, keep_last: bool) -> list[int]:
