@@ -114,6 +114,15 @@ def parse_json(body: bytes) -> Any:
     return pydantic_core.from_json(body, allow_inf_nan=False)
 
 
+def _labelled_json(scope: Scope) -> Scope:
+    """``scope`` with its body labelled JSON whatever label it came with: ``curl -d`` labels JSON a form, and
+    llama-server and Ollama read it as JSON all the same (FastAPI would hand the route raw bytes). A browser page
+    cannot use this to slip past CORS: the access guard refuses a state-changing request from a foreign origin
+    whatever its content type, before any route runs."""
+    headers = [(name, value) for name, value in scope["headers"] if name != b"content-type"]
+    return {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+
+
 class _ParsedJSONRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
@@ -131,6 +140,6 @@ class FastJSONRoute(APIRoute):
 
         async def parsed(request: Request) -> Response:
             set_route(path)  # for the rest of this request's task, whose streams the engine counts under it
-            return await handler(_ParsedJSONRequest(request.scope, request.receive))
+            return await handler(_ParsedJSONRequest(_labelled_json(request.scope), request.receive))
 
         return parsed
