@@ -8,7 +8,9 @@ how to use a model, in Ollama's shape.
 - ``template``: the model's chat template (Jinja, as the GGUF carries it). For a model with fill-in-the-middle
   tokens it also holds ``{{ .Suffix }}``, which Continue looks for before it sends FIM requests.
 - ``capabilities``: ``completion``; ``tools`` when the model's template renders tools; ``insert`` for a model
-  with FIM tokens. ``vision`` is never claimed.
+  with FIM tokens. ``vision`` is never claimed. A model whose GGUF states a pooling type (``<arch>.pooling_type``:
+  an embedding model) is ``embedding`` instead of ``completion``, as Ollama decides it; a generative model still
+  embeds when asked (/api/embed), as Ollama's does.
 - ``parameters``: Ollama's ``key value`` lines for what localinfer would run the model with (``num_ctx``).
 """
 
@@ -56,21 +58,26 @@ async def show(request: Request, body: ShowJSON) -> dict[str, Any]:
         "template": (FIM_TEMPLATE_NOTE if fim else "") + (template if isinstance(template, str) else ""),
         "details": model_details(info, facts),
         "model_info": _model_info(metadata, facts),
-        "capabilities": _capabilities(template, fim=fim),
+        "capabilities": _capabilities(template, fim=fim, embedding=_states_pooling(metadata)),
         "modified_at": datetime.fromtimestamp(info.created, timezone.utc).isoformat(timespec="seconds"),
     }
 
 
-def _capabilities(template: object, *, fim: bool) -> list[str]:
-    """``completion``; ``tools`` when the model's own template renders tools (as Ollama decides it: localinfer
-    takes tools for any model, describing them to one whose template knows none, but such a model was not tuned
-    to call them); ``insert`` for fill-in-the-middle."""
-    capabilities = ["completion"]
+def _capabilities(template: object, *, fim: bool, embedding: bool = False) -> list[str]:
+    """``completion`` (``embedding`` for an embedding model); ``tools`` when the model's own template renders tools
+    (as Ollama decides it: localinfer takes tools for any model, describing them to one whose template knows none,
+    but such a model was not tuned to call them); ``insert`` for fill-in-the-middle."""
+    capabilities = ["embedding" if embedding else "completion"]
     if isinstance(template, str) and "tools" in template:
         capabilities.append("tools")
     if fim:
         capabilities.append("insert")
     return capabilities
+
+
+def _states_pooling(metadata: dict[str, Scalar | None]) -> bool:
+    """The GGUF states how its outputs are pooled into one vector: it is an embedding model (Ollama's test)."""
+    return metadata.get(f"{metadata.get('general.architecture')}.pooling_type") is not None
 
 
 def _gguf_metadata(info: ModelInfo) -> dict[str, Scalar | None]:

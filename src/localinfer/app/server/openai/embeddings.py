@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import base64
 import struct
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import pydantic_core
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.disconnect import unless_disconnected
@@ -33,7 +33,7 @@ router = APIRouter(prefix="/v1", route_class=FastJSONRoute)
 
 MAX_INPUTS = 2048  # OpenAI's own bound on one request's inputs
 
-Tokens = Annotated[list[StrictInt], Field(max_length=1 << 20)]
+_SHAPES = "a string, a list of strings, an array of token ids, or a list of arrays of token ids"
 
 
 class EmbeddingsBody(BaseModel):
@@ -42,25 +42,34 @@ class EmbeddingsBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    input: StrictStr | list[StrictStr] | Tokens | list[Tokens]
+    input: Any = Field(...)  # checked by ``inputs``, whose 400 says which shapes are taken
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = Field(None, ge=1)
 
     def inputs(self) -> list[EmbeddingInput]:
-        """The inputs, each a text or token ids. Raises InvalidRequest for none or too many."""
+        """The inputs, each a text or token ids. Raises InvalidRequest for another shape, none, or too many."""
         given = self.input
-        inputs: list[EmbeddingInput]
         if isinstance(given, str):
-            inputs = [given]
-        elif given and isinstance(given[0], int):
-            inputs = [[token for token in given if isinstance(token, int)]]
+            inputs: list[EmbeddingInput] = [given]
+        elif isinstance(given, list) and given and all(_is_token(x) for x in given):
+            inputs = [list(given)]
+        elif isinstance(given, list) and all(isinstance(x, str) or _is_tokens(x) for x in given):
+            inputs = list(given)
         else:
-            inputs = [item for item in given if not isinstance(item, int)]
+            raise InvalidRequest(f"input must be {_SHAPES}", param="input")
         if not inputs:
             raise InvalidRequest("input is empty", param="input")
         if len(inputs) > MAX_INPUTS:
             raise InvalidRequest(f"input holds {len(inputs)} items; at most {MAX_INPUTS} are allowed", param="input")
         return inputs
+
+
+def _is_token(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_tokens(value: object) -> bool:
+    return isinstance(value, list) and all(_is_token(x) for x in value)
 
 
 @router.post("/embeddings", response_model=None)
