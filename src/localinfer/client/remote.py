@@ -40,6 +40,7 @@ from localinfer.errors import (
     QueueFull,
     Unauthorized,
 )
+from localinfer.models.library import untagged
 from localinfer.progress import ProgressEvent
 from localinfer.types import (
     OLLAMA_FORMAT_NAMES,
@@ -118,10 +119,11 @@ class HttpClient:
 
     async def models(self) -> list[ModelInfo]:
         tags = await self._get("/api/tags")
-        running = {m.get("name"): m for m in (await self._get("/api/ps")).get("models") or ()}
+        # Ollama's listings tag every name (smollm2:latest); localinfer's names are what the server calls the models
+        running = {untagged(str(m.get("name"))): m for m in (await self._get("/api/ps")).get("models") or ()}
         models = []
         for tag in tags.get("models") or ():
-            name = str(tag.get("name") or tag.get("model") or "")
+            name = untagged(str(tag.get("name") or tag.get("model") or ""))
             loaded = running.get(name)
             details = tag.get("details") or {}
             models.append(

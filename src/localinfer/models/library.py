@@ -118,6 +118,17 @@ def _real(path: Path) -> Path:
 LATEST_TAG = ":latest"
 
 
+def ollama_name(name: str) -> str:
+    """``name`` as Ollama lists names, always with a tag: ``smollm2`` is ``smollm2:latest``; a name whose last
+    part has a tag already (``org/repo:Q4_K_M``) is itself. Either form resolves (``ServedModels.resolve``)."""
+    return name if ":" in name.rsplit("/", 1)[-1] else name + LATEST_TAG
+
+
+def untagged(name: str) -> str:
+    """``name`` without Ollama's ``:latest`` tag."""
+    return name.removesuffix(LATEST_TAG) if name != LATEST_TAG else name
+
+
 class ServedModels:
     """The models a server answers for, by name only: what the library lists, and the model it was started with.
 

@@ -30,7 +30,7 @@ def chat(url: str, model: str) -> httpx.Response:
 
 
 def loaded(url: str) -> list[str]:
-    return [m["name"] for m in httpx.get(f"{url}/api/ps").json()["models"]]
+    return [m["name"].removesuffix(":latest") for m in httpx.get(f"{url}/api/ps").json()["models"]]
 
 
 @pytest.fixture(scope="module")

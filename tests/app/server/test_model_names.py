@@ -79,8 +79,8 @@ def test_every_path_form_is_the_same_404_as_an_unknown_name_on_every_route(
     listed = [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
     assert listed == [SERVED]  # the file asked for was never loaded nor listed
     tags = [m["name"] for m in httpx.get(f"{url}/api/tags").json()["models"]]
-    assert tags == [SERVED]
-    assert httpx.get(f"{url}/api/ps").json()["models"][0]["name"] == SERVED
+    assert tags == [f"{SERVED}:latest"]
+    assert httpx.get(f"{url}/api/ps").json()["models"][0]["name"] == f"{SERVED}:latest"
     assert len(httpx.get(f"{url}/api/ps").json()["models"]) == 1
     assert httpx.get(f"{url}/health").status_code == 200
 

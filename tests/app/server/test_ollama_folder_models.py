@@ -55,7 +55,7 @@ async def test_tags_describe_a_hugging_face_folder_as_safetensors_beside_a_gguf_
     store.register(hf_manifest(write_hf_folder(tmp_path / "qwen-tiny")))
     store.register(local_manifest(make_gguf("tiny.gguf", arch="llama")))
 
-    models = {m.model: m for m in (await client.list()).models}
+    models = {(m.model or "").removesuffix(":latest"): m for m in (await client.list()).models}
 
     qwen = models["qwen-tiny"].details
     assert qwen is not None
@@ -82,7 +82,7 @@ async def test_ps_describes_a_loaded_hugging_face_folder_with_its_layers(
 
     (running,) = (await client.ps()).models
 
-    assert running.model == "qwen-tiny"
+    assert running.model == "qwen-tiny:latest"
     assert running.details is not None
     assert (running.details.format, running.details.family, running.details.parameter_size) == (
         "safetensors",
@@ -102,7 +102,7 @@ async def test_a_folder_whose_config_is_broken_is_listed_with_what_is_known(
 
     (model,) = (await client.list()).models
 
-    assert model.model == "broken"
+    assert model.model == "broken:latest"
     assert model.details is not None
     assert (model.details.format, model.details.family, model.details.parameter_size) == ("safetensors", "", "")
 
@@ -116,7 +116,7 @@ async def test_tags_and_ps_describe_an_onnx_folder_from_its_genai_config(
     store.register(manifest)
 
     (listed,) = (await client.list()).models
-    assert listed.model == "smol-onnx"
+    assert listed.model == "smol-onnx:latest"
     assert listed.size == smollm2_onnx.size
     assert listed.details is not None
     assert listed.details.model_dump() == {

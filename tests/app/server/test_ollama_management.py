@@ -40,7 +40,10 @@ def client(managed: ManagedServer) -> Iterator[ollama.Client]:
 
 
 def names(client: ollama.Client) -> list[str]:
-    return [m.model or "" for m in client.list().models]
+    """The names listed, without the ``:latest`` tag Ollama's listings carry."""
+    listed = [m.model or "" for m in client.list().models]
+    assert all(":" in name.rsplit("/", 1)[-1] for name in listed), listed
+    return [name.removesuffix(":latest") for name in listed]
 
 
 @pytest.mark.model
@@ -55,12 +58,12 @@ def test_tags_list_the_served_model_in_ollamas_shape(
     managed: ManagedServer, client: ollama.Client, smollm2: Manifest
 ) -> None:
     raw = httpx.get(f"{managed.url}/api/tags", headers=AUTH).json()
-    entry = next(m for m in raw["models"] if m["name"] == SERVED)
+    entry = next(m for m in raw["models"] if m["name"] == f"{SERVED}:latest")
     assert set(entry) == {"name", "model", "modified_at", "size", "digest", "details"}
     assert entry["details"]["families"] is None
     datetime.fromisoformat(entry["modified_at"])  # RFC 3339
 
-    model = next(m for m in client.list().models if m.model == SERVED)
+    model = next(m for m in client.list().models if m.model == f"{SERVED}:latest")
     assert model.size == smollm2.size
     assert model.digest == smollm2.files[0].sha256  # the store's blob is named by its sha256
     assert model.details is not None
@@ -73,7 +76,7 @@ def test_tags_list_the_served_model_in_ollamas_shape(
 @pytest.mark.model
 def test_ps_shows_the_loaded_model_with_its_context(client: ollama.Client, smollm2: Manifest) -> None:
     (running,) = client.ps().models
-    assert running.name == running.model == SERVED
+    assert running.name == running.model == f"{SERVED}:latest"
     assert running.context_length == 512
     assert running.size is not None and running.size > 0
     assert running.size_vram is not None and 0 <= running.size_vram <= running.size
@@ -118,7 +121,8 @@ def test_pull_without_streaming_answers_once_and_legacy_name_works(
     assert reply.model_dump(exclude_none=True) == {"status": "success"}
     assert SMOL_REPO in names(client)
 
-    deleted = httpx.request("DELETE", f"{managed.url}/api/delete", json={"name": SMOL_REPO}, headers=AUTH)
+    listed = f"{SMOL_REPO}:latest"  # the name as /api/tags gives it, which Open WebUI sends back
+    deleted = httpx.request("DELETE", f"{managed.url}/api/delete", json={"name": listed}, headers=AUTH)
     assert deleted.status_code == 200 and deleted.content == b""
     assert SMOL_REPO not in names(client)
 

@@ -70,7 +70,7 @@ async def test_serve_shares_the_model_the_app_loaded(with_smollm2: Settings, sho
         assert reply.choices[0].message.content
         async with httpx.AsyncClient() as http:
             ps = (await http.get(f"{url}/api/ps")).json()
-        assert [m["name"] for m in ps["models"]] == ["smollm2"]  # the one engine, the one loaded model
+        assert [m["name"] for m in ps["models"]] == ["smollm2:latest"]  # the one engine, the one loaded model
         assert f"serving {url}" in str(chat.query_one(StatusBar).render())
 
 

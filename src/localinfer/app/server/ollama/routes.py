@@ -2,7 +2,8 @@
 
 - ``GET /api/version``: ``{"version": "0.12.6", "localinfer": "<localinfer version>"}``: the Ollama API level these
   routes speak (clients gate features on it), and localinfer's own version.
-- ``GET /api/tags``: every model the engine can serve, ``{"models": [{name, model, modified_at, size, digest,
+- ``GET /api/tags``: every model the engine can serve, named as Ollama names them, with a tag (``smollm2:latest``;
+  the name and the untagged one both resolve everywhere), ``{"models": [{name, model, modified_at, size, digest,
   details}]}``. ``digest`` is the main file's sha256 when its name says it (a store blob ``sha256-<hex>``, a
   Hugging Face cache blob, an Ollama blob), else ``""``. ``details`` come from a GGUF file's header or a folder's
   config: ``format`` is ``gguf``, ``onnx`` or ``safetensors`` (a Hugging Face folder), ``family`` the
@@ -14,7 +15,8 @@
   same progress events the CLI renders, as NDJSON lines ``{"status", "digest"?, "total"?, "completed"?}`` ending with
   ``{"status": "success"}``; with ``"stream": false`` that last object alone. The pull runs in a thread; a client
   that hangs up stops it at its next progress event (what was downloaded is kept for a resume).
-- ``DELETE /api/delete {"model"}``: unloads the model if it is loaded, then removes it; 200 with an empty body.
+- ``DELETE /api/delete {"model"}`` (the listed ``name:latest`` or the name): unloads the model if it is loaded,
+  then removes it; 200 with an empty body.
   404 when there is no such registered model, 409 for another tool's model: a refused delete unloads nothing.
 - ``GET /api/localinfer/status`` (a localinfer extension, not Ollama's): what a remote TUI's status bar shows,
   the JSON of ``ClientStatus``: ``where``, ``serving``, ``memory_used`` / ``memory_total`` /
@@ -51,6 +53,7 @@ from localinfer.client.base import LoadedModelStatus
 from localinfer.client.local import LocalClient
 from localinfer.errors import LocalInferError
 from localinfer.models.gguf import GGUFInfo
+from localinfer.models.library import ollama_name, untagged
 from localinfer.progress import ProgressEvent
 from localinfer.types import ModelInfo
 
@@ -103,7 +106,10 @@ async def localinfer_status(request: Request) -> dict[str, Any]:
 
 @router.delete("/delete")
 async def delete(request: Request, body: DeleteJSON) -> Response:
-    await _client(request).remove(body.target())
+    client = _client(request)
+    target = body.target()
+    known = {m.name for m in await client.models()}
+    await client.remove(target if target in known or untagged(target) not in known else untagged(target))
     return Response(status_code=200)
 
 
@@ -164,8 +170,8 @@ def _progress(event: ProgressEvent) -> dict[str, Any]:
 
 def _tag(info: ModelInfo) -> dict[str, Any]:
     return {
-        "name": info.name,
-        "model": info.name,
+        "name": ollama_name(info.name),
+        "model": ollama_name(info.name),
         "modified_at": _rfc3339(datetime.fromtimestamp(info.created, timezone.utc)),
         "size": info.size_bytes,
         "digest": _digest(info.path),
@@ -177,8 +183,8 @@ def _running(loaded: LoadedModelStatus, info: ModelInfo | None, expires_at: str)
     facts = read_facts(info) if info is not None else None
     size = loaded.size_bytes or (info.size_bytes if info is not None else 0)
     return {
-        "name": loaded.name,
-        "model": loaded.name,
+        "name": ollama_name(loaded.name),
+        "model": ollama_name(loaded.name),
         "size": size,
         "digest": _digest(info.path) if info is not None else "",
         "details": model_details(info, facts),
