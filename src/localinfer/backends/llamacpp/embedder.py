@@ -54,9 +54,10 @@ class Embedder:
         ModelLoadError when llama.cpp cannot make it, InvalidRequest for a reranker."""
         if self._ctx is not None:
             return self._ctx
-        ctx = self._context(lc.LLAMA_POOLING_TYPE_UNSPECIFIED)
+        stated = self._model.meta(f"{self._model.meta('general.architecture')}.pooling_type") is not None
+        ctx = self._context(lc.LLAMA_POOLING_TYPE_UNSPECIFIED if stated else lc.LLAMA_POOLING_TYPE_MEAN)
         pooling = int(lc.llama_pooling_type(ctx))
-        if pooling == lc.LLAMA_POOLING_TYPE_NONE:  # a generative model: llama.cpp would give per-token vectors
+        if pooling == lc.LLAMA_POOLING_TYPE_NONE:  # stated as none: llama.cpp would give per-token vectors
             lc.llama_free(ctx)
             ctx = self._context(lc.LLAMA_POOLING_TYPE_MEAN)
             pooling = int(lc.llama_pooling_type(ctx))
