@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from localinfer.app.server.core.wire import ClientBody
 from localinfer.types import Tool
 
 MAX_TOOLS = 128  # as OpenAI's limit: each tool's schema goes into the prompt and the constraint
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class _Wire(ClientBody):
+    """A body or part of one: unknown fields ignored, nulls read as absent (core/wire.py)."""
 
 
 class FunctionWire(_Wire):

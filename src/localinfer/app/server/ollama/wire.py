@@ -11,10 +11,11 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import MAX_TOOLS, ToolWire
+from localinfer.app.server.core.wire import ClientBody
 from localinfer.app.server.limits import parse_json
 from localinfer.errors import InvalidRequest
 from localinfer.types import (
@@ -30,8 +31,8 @@ from localinfer.types import (
 )
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class _Wire(ClientBody):
+    """A body or part of one: unknown fields ignored, nulls read as absent (core/wire.py)."""
 
 
 class ModelBody(_Wire):

@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from localinfer.app.server.core.tools import MAX_TOOLS, ToolWire
+from localinfer.app.server.core.wire import ClientBody
 from localinfer.errors import InvalidRequest
 from localinfer.types import Tool, ToolCall, ToolChoice
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class _Wire(ClientBody):
+    """A body or part of one: unknown fields ignored, nulls read as absent (core/wire.py)."""
 
 
 class CalledFunctionWire(_Wire):

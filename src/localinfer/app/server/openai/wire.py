@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import ToolWire
+from localinfer.app.server.core.wire import ClientBody
 from localinfer.app.server.openai.tools_wire import NamedChoice, ToolCallWire, tools_to_core
 from localinfer.errors import InvalidRequest
 from localinfer.types import (
@@ -26,8 +27,8 @@ from localinfer.types import (
 MAX_TOP_LOGPROBS = 20  # as OpenAI's top_logprobs and llama-server's n_probs
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class _Wire(ClientBody):
+    """A body or part of one: unknown fields ignored, nulls read as absent (core/wire.py)."""
 
 
 class StreamOptions(_Wire):
