@@ -2,8 +2,8 @@
 
 The pooling is the one the GGUF states (``<arch>.pooling_type``, read by llama.cpp); a model that states none (a
 generative model) is pooled by the mean of its tokens' last hidden states, as llama-server's ``--pooling mean``
-does. llama-server refuses such a model on its OpenAI route unless started with ``--pooling``; Ollama and vLLM
-embed with it, and so does localinfer. A reranker (``rank`` pooling) scores pairs, not texts, and is refused.
+does. llama-server refuses such a model on its OpenAI route unless started with ``--pooling``; Ollama embeds with
+any model, and so does localinfer. A reranker (``rank`` pooling) scores pairs, not texts, and is refused.
 
 A pooled vector is read once its whole sequence sits in one micro-batch, so the context's batch is as long as its
 context: any input that fits the context is embedded in one decode. Each input gets a decode of its own: llama.cpp
