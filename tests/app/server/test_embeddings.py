@@ -238,3 +238,23 @@ def test_show_calls_a_model_stating_a_pooling_type_an_embedding_model(
     generative = ollama_client.show(model_name)
     assert generative.capabilities is not None
     assert "completion" in generative.capabilities and "embedding" not in generative.capabilities
+
+
+def test_embedding_beside_a_streaming_chat_gives_the_same_vector_and_both_finish(
+    client: openai.OpenAI, model_name: str
+) -> None:
+    alone = client.embeddings.create(model=model_name, input="embedded while a chat streams").data[0].embedding
+    stream = client.chat.completions.create(
+        model=model_name,
+        messages=[{"role": "user", "content": "Count from one to fifty in words."}],
+        max_tokens=48,
+        temperature=0,
+        stream=True,
+    )
+    pieces = []
+    for chunk in stream:
+        pieces.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
+        if len(pieces) == 3:  # the chat is generating: embed now, beside it
+            beside = client.embeddings.create(model=model_name, input="embedded while a chat streams")
+            assert beside.data[0].embedding == alone
+    assert len(pieces) > 3 and "".join(pieces).strip()
