@@ -297,3 +297,38 @@ def test_a_prefix_longer_than_the_batch_is_cut_to_its_last_three_quarters_as_lla
     # the layout's fixed tokens, 3/4 of a 512-token batch of prefix, no suffix
     fixed = layout_tokens(fim_server, "", "")
     assert answer["tokens_evaluated"] == fixed + 3 * 512 // 4
+
+
+def test_an_infill_arriving_while_a_chat_streams_on_the_same_model_does_not_wait_for_the_chat(
+    smollm2_server: Server, smollm2_fim: Manifest
+) -> None:
+    """A keystroke's /infill is served beside a long chat on the same model (the session server has 4 slots): it
+    is answered while the chat is still streaming, its first chunk far from its last."""
+    chat_tokens = 400
+    body = {
+        "model": smollm2_fim.name,
+        "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}],
+        "max_tokens": chat_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{smollm2_server.url}/v1/chat/completions", json=body, timeout=300) as chat:
+        assert chat.status_code == 200
+        lines = chat.iter_lines()
+        received = 0
+        for line in lines:
+            received += line.startswith("data: {")
+            if received == 4:  # the chat is generating: type a character now
+                break
+        infill = {"model": smollm2_fim.name, "input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 8}
+        answer = ok(post(smollm2_server, "/infill", infill))
+        assert answer["tokens_predicted"] >= 1 and answer["model"] == smollm2_fim.name
+        # the infill is done; the chat is not: it is still decoding, most of its tokens still to come
+        response = httpx.get(f"{smollm2_server.url}/slots", params={"model": smollm2_fim.name}, timeout=30)
+        assert response.status_code == 200, response.text
+        slots: list[dict[str, Any]] = response.json()
+        decoding = [slot["next_token"]["n_decoded"] for slot in slots if slot["is_processing"]]
+        assert decoding and max(decoding) < chat_tokens // 2, slots
+        rest = [line for line in lines if line.startswith("data: {")]
+    assert received + len(rest) >= chat_tokens // 2
