@@ -55,7 +55,15 @@ class Settings(BaseSettings):
         0, ge=0, description="Context length per request; 0 means the model's trained length, capped at 8192."
     )
     threads: int = Field(0, ge=0, description="CPU threads for inference; 0 means one per physical core.")
-    batch_size: int = Field(512, ge=1, description="Most prompt tokens evaluated in one step.")
+    batch_size: int = Field(
+        2048, ge=1, description="Most prompt tokens evaluated in one step (llama.cpp's n_batch, as llama-server's -b)."
+    )
+    ubatch_size: int = Field(
+        512,
+        ge=1,
+        description="Most tokens computed at once within a step (n_ubatch, as llama-server's -ub): "
+        "the compute buffers are sized for it.",
+    )
     parallel: int = Field(
         0, ge=0, le=256, description="Requests decoded together (slots); 0 picks up to 4 from free memory."
     )

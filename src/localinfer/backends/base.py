@@ -33,7 +33,8 @@ class LoadSpec:
     ctx_size: int = 0
     ctx_cap: int = 8192
     threads: int = 0
-    batch_size: int = 512
+    batch_size: int = 2048  # llama.cpp's n_batch: what a step may take, and what FIM prompts are cut to
+    ubatch_size: int = 512  # n_ubatch: what is computed at once, the compute buffers' size
     parallel: int = 0
     max_queue: int = 512
     gpu_layers: int = 0

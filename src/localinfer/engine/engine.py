@@ -111,6 +111,7 @@ class Engine:
             ctx_size=s.ctx_size if ctx_size is None else ctx_size,
             threads=s.threads,
             batch_size=s.batch_size,
+            ubatch_size=s.ubatch_size,
             parallel=s.parallel,
             max_queue=s.max_queue,
             gpu_layers=s.gpu_layers or 0,

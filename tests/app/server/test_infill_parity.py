@@ -29,7 +29,6 @@ from tests.app.server.conftest import Server, free_port, serving
 pytestmark = pytest.mark.model
 
 CTX = 2048
-BATCH = 512  # localinfer's batch (Settings.batch_size), which sizes the prefix and suffix taken
 
 REQUESTS: list[dict[str, Any]] = [
     {"input_prefix": "def add(a, b):\n", "input_suffix": "\n\nprint(add(1, 2))\n", "prompt": "    return"},
@@ -72,7 +71,9 @@ def llama_server_answers(smollm2_fim: Manifest, tmp_path_factory: pytest.TempPat
     port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "llama-server.log"
     command = [str(binary), "-m", str(smollm2_fim.path), "--host", "127.0.0.1", "--port", str(port)]
-    command += ["-c", str(CTX), "-np", "1", "-b", str(BATCH), "-ub", str(BATCH), "-fa", "on"]
+    # llama-server's own batch sizes (-b 2048 -ub 512), which are localinfer's too: the batch sizes the prefix and
+    # the suffix an infill takes
+    command += ["-c", str(CTX), "-np", "1", "-fa", "on"]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -111,7 +112,7 @@ def parity_server(
 ) -> Iterator[Server]:
     """localinfer on the same file, with the same context, slots and batch (started once llama-server is gone)."""
     log_dir = tmp_path_factory.mktemp("serve-parity")
-    extra = ("--ctx-size", str(CTX), "--parallel", "1")  # and the default batch, BATCH
+    extra = ("--ctx-size", str(CTX), "--parallel", "1")  # and the default batch sizes
     with serving(smollm2_fim.name, test_home, log_dir, *extra) as server:
         yield server
 

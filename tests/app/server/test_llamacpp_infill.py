@@ -18,7 +18,7 @@ from tests.app.server.conftest import Server, serving
 
 pytestmark = pytest.mark.model
 
-CTX = 2048
+CTX = 4096  # room for the extra chunks: they get what the context leaves past a batch (2048)
 PREFIX = "import math\n\n\ndef area(r):\n"
 SUFFIX = "\n\n\ndef main():\n    print(area(2))\n"
 EXTRA = [{"filename": "util.py", "text": "def square(x):\n    return x * x\n"}]
@@ -292,11 +292,12 @@ def test_a_prompt_past_the_context_is_refused_with_the_numbers(fim_server: Serve
 def test_a_prefix_longer_than_the_batch_is_cut_to_its_last_three_quarters_as_llama_server_does(
     fim_server: Server,
 ) -> None:
-    long_prefix = "".join(f"value_{i} = {i}\n" for i in range(600))  # thousands of tokens, past the context
+    long_prefix = "".join(f"value_{i} = {i}\n" for i in range(900))  # thousands of tokens, past the context
     answer = ok(post(fim_server, "/infill", {"input_prefix": long_prefix, "input_suffix": "", "n_predict": 1}))
-    # the layout's fixed tokens, 3/4 of a 512-token batch of prefix, no suffix
+    assert n_tokens(fim_server, long_prefix) > CTX
+    # the layout's fixed tokens, 3/4 of a 2048-token batch (llama-server's default, and ours) of prefix, no suffix
     fixed = layout_tokens(fim_server, "", "")
-    assert answer["tokens_evaluated"] == fixed + 3 * 512 // 4
+    assert answer["tokens_evaluated"] == fixed + 3 * 2048 // 4
 
 
 def test_an_infill_arriving_while_a_chat_streams_on_the_same_model_does_not_wait_for_the_chat(

@@ -122,7 +122,7 @@ class LlamaModel:
         # depend on what else is running (llama-server --kv-unified shows the same).
         cparams.n_ctx = n_ctx * parallel
         cparams.n_batch = spec.batch_size
-        cparams.n_ubatch = spec.batch_size
+        cparams.n_ubatch = min(spec.ubatch_size, spec.batch_size)
         cparams.n_seq_max = parallel
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
@@ -141,7 +141,8 @@ class LlamaModel:
         log.debug("loaded %s: %d slots of %d tokens, %d threads", path, parallel, n_ctx, threads)
         n_layer = int(lc.llama_model_n_layer(model))
         offloaded = min(mparams.n_gpu_layers, n_layer + 1) if lc.llama_supports_gpu_offload() else 0
-        return cls(model, vocab, ctx, n_ctx, spec.batch_size, parallel, threads, offloaded)
+        n_batch = int(lc.llama_n_batch(ctx))  # llama.cpp caps it at the context
+        return cls(model, vocab, ctx, n_ctx, n_batch, parallel, threads, offloaded)
 
     def free(self) -> None:
         if self.ctx:
