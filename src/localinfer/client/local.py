@@ -56,9 +56,7 @@ class LocalClient:
         return self._engine.models()
 
     async def load(self, model: str, *, context_length: int | None = None) -> None:
-        for loaded in self._engine.loaded():
-            if loaded.name != model:
-                await self._engine.unload(loaded.name)
+        """Load ``model``; the others stay loaded while they fit (the scheduler makes room when they do not)."""
         await self._engine.load(model, ctx_size=context_length)
 
     async def pull(self, ref: str, *, local_files: bool = True) -> AsyncGenerator[ProgressEvent, None]:
@@ -126,6 +124,10 @@ class LocalClient:
                 threads=m.facts.threads,
                 gpu_layers=m.facts.gpu_layers,
                 size_bytes=m.facts.model_bytes,
+                memory_bytes=sum(m.need.values()),
+                pinned=m.pinned,
+                in_flight=m.in_flight,
+                expires_in=m.expires_in,
             )
             for m in self._engine.loaded()
         )

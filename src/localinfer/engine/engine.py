@@ -1,7 +1,8 @@
 """The engine facade: named models in, token streams out. Routes and the TUI see only this.
 
-Models are loaded on first use (or ahead, with ``preload``) and kept while the engine runs. Each request's
-prompt is built here (chat template, stop strings) and handed to the model's backend.
+Models are loaded on first use (or ahead, with ``preload``) and unloaded when idle past their keep-alive or when
+another needs the room: ``engine/scheduler.py`` decides. Each request's prompt is built here (chat template, stop
+strings) and handed to the model's backend; the request counts as the model's in flight until its stream ends.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from localinfer.backends.base import (
-    Backend,
     EmbeddingInput,
     EmbeddingResult,
     LoadSpec,
@@ -39,7 +39,9 @@ from localinfer.engine.backends import (
 )
 from localinfer.engine.infill import infill_tokens
 from localinfer.engine.inflight import InFlight
+from localinfer.engine.memory import RAM, MachineMemory, plan_need
 from localinfer.engine.metrics import EngineMetrics
+from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
 from localinfer.engine.templates import ChatTemplate
 from localinfer.engine.tools import read_tool_calls, required_call
 from localinfer.errors import InvalidRequest, LocalInferError, ModelLoadError, ModelNotReady, ServerShuttingDown
@@ -61,22 +63,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Health = Literal["ready", "loading", "error"]
-
-
-@dataclass
-class Runner:
-    """A model being loaded or loaded: its manifest, backend, and (once loaded) its chat template."""
-
-    manifest: Manifest
-    backend: Backend
-    ready: asyncio.Future[None]
-    ctx_size: int | None = None  # the context asked for at load, None for the configured one
-    template: ChatTemplate | None = None
-
-    @property
-    def is_ready(self) -> bool:
-        """Loaded, and not failed or cancelled."""
-        return self.ready.done() and not self.ready.cancelled() and self.ready.exception() is None
+T = TypeVar("T")
 
 
 class Engine:
@@ -87,17 +74,29 @@ class Engine:
         backend_factory: BackendFactory | BackendFactories = DEFAULT_BACKENDS,
         *,
         hardware: HardwareProfile | None = None,
+        clock: Clock = time.monotonic,
+        free_memory: MemoryProbe | None = None,
     ) -> None:
         """Each model is served by the backend its format maps to in ``backend_factory`` (llama.cpp for GGUF,
         ONNX Runtime for ONNX), or by the one factory given. With ``hardware``, each model loads as the planner
         says (GPU layers, context, slots, threads, ONNX Runtime provider), except where the settings say
-        otherwise; without, as the settings say."""
+        otherwise; without, as the settings say. ``clock`` and ``free_memory`` (default: the machine's) are the
+        scheduler's."""
         self._settings = settings
         self._models = models
         self._backend_factory = backend_factory
         self._hardware = hardware
-        self._runners: dict[str, Runner] = {}
-        self._loading: set[asyncio.Task[None]] = set()
+        self._scheduler = Scheduler(
+            self._new_runner,
+            self._load,
+            self._unload,
+            estimate=self._estimate,
+            free_memory=free_memory or MachineMemory(hardware, lambda: [r.need for r in self._scheduler.runners()]),
+            clock=clock,
+            max_loaded=settings.max_loaded,
+            keep_alive=settings.keep_alive_seconds,
+        )
+        self._reaper: asyncio.Task[None] | None = None
         self._shutting_down = False
         self._in_flight = InFlight()
         self._closing = asyncio.Lock()
@@ -149,76 +148,116 @@ class Engine:
             extra_args=spec.extra_args + chosen.engine_args,
         )
 
+    def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:
+        """What ``manifest`` loaded with a context of ``ctx_size`` takes, per device: the planner's estimate, or
+        its file's size where there is no plan."""
+        if self._hardware is not None and manifest.format in PLANNED_FORMATS:
+            s = self._settings
+            overrides = Overrides(
+                gpu_layers=s.gpu_layers,
+                ctx_size=(s.ctx_size if ctx_size is None else ctx_size) or None,
+                parallel=s.parallel or None,
+                threads=s.threads or None,
+            )
+            try:
+                return plan_need(plan(self._hardware, model_profile(manifest), overrides))
+            except LocalInferError:
+                pass
+        return {RAM: manifest.size}
+
     def check_plan(self, manifest: Manifest) -> None:
         """Plan ``manifest``'s load now, so that a model this machine cannot run (vLLM's without its GPU) fails
         before it is served; the plan is logged when the model loads. Raises ModelLoadError."""
         self._load_spec(manifest, None, explain=False)
 
-    def preload(self, manifest: Manifest, *, ctx_size: int | None = None) -> Runner:
+    def preload(self, manifest: Manifest, *, ctx_size: int | None = None, pin: bool = False) -> Runner:
         """Start loading ``manifest`` in the background (``health`` says ``loading`` until it is done), with a
-        context of ``ctx_size`` tokens instead of the configured one when given."""
-        existing = self._runners.get(manifest.name)
-        if existing is not None:
-            return existing
+        context of ``ctx_size`` tokens instead of the configured one when given; ``pin``: never unloaded for room
+        or by keep-alive."""
+        self._start_reaper()
+        return self._scheduler.start(manifest, ctx_size=ctx_size, pin=pin)
+
+    def _new_runner(self, manifest: Manifest, ctx_size: int | None) -> Runner:
         backend = backend_for(manifest, self._backend_factory)
-        runner = Runner(manifest, backend, asyncio.get_running_loop().create_future(), ctx_size)
-        self._runners[manifest.name] = runner
-        task = asyncio.create_task(self._load(runner), name=f"load {manifest.name}")
-        self._loading.add(task)
-        task.add_done_callback(self._loading.discard)
-        return runner
+        return Runner(manifest, backend, asyncio.get_running_loop().create_future(), ctx_size)
 
     async def _load(self, runner: Runner) -> None:
-        try:
-            await runner.backend.load(self._load_spec(runner.manifest, runner.ctx_size))
-            runner.template = ChatTemplate(runner.backend.facts)
-            facts = runner.backend.facts
-            log.info(
-                "model %s ready: %s, %d slots of %d tokens, chat template: %s",
-                runner.manifest.name,
-                facts.architecture,
-                facts.n_slots,
-                facts.n_ctx,
-                runner.template.kind,
-            )
-            runner.ready.set_result(None)
-        except asyncio.CancelledError:
-            self._runners.pop(runner.manifest.name, None)
-            runner.ready.cancel()
-            raise
-        except Exception as exc:
-            log.error("loading %s failed: %s", runner.manifest.name, exc)
-            self._runners.pop(runner.manifest.name, None)
-            runner.ready.set_exception(exc)
-            runner.ready.exception()  # marked retrieved: nobody may be waiting
+        await runner.backend.load(self._load_spec(runner.manifest, runner.ctx_size))
+        runner.template = ChatTemplate(runner.backend.facts)
+        facts = runner.backend.facts
+        log.info(
+            "model %s ready: %s, %d slots of %d tokens, chat template: %s",
+            runner.manifest.name,
+            facts.architecture,
+            facts.n_slots,
+            facts.n_ctx,
+            runner.template.kind,
+        )
 
-    async def runner(self, model: str) -> Runner:
-        """The loaded runner for ``model``, loading it on first use. Raises ModelNotFound, ModelLoadError, and
-        ServerShuttingDown once ``shutdown`` began."""
+    async def _unload(self, runner: Runner) -> None:
+        await runner.backend.unload()
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.create_task(self._scheduler.run_reaper(), name="keep-alive")
+
+    async def _acquire(self, model: str, *, keep_alive: float | None = None, ctx_size: int | None = None) -> Runner:
         if self._shutting_down:
             raise ServerShuttingDown()
-        runner = self._runners.get(model)
-        if runner is None:
-            runner = self.preload(self._models.resolve(model))
-        await asyncio.shield(runner.ready)
+        self._start_reaper()
+        runner = self._scheduler.get(model)
+        if runner is not None:
+            return await self._scheduler.acquire(runner.manifest, keep_alive=keep_alive, ctx_size=ctx_size)
+        name = self._models.resolve(model).name  # a ModelNotFound now; the manifest is looked up again to load
+        return await self._scheduler.acquire(
+            lambda: self._models.resolve(name), keep_alive=keep_alive, ctx_size=ctx_size
+        )
+
+    @asynccontextmanager
+    async def _using(self, model: str, *, keep_alive: float | None = None) -> AsyncIterator[Runner]:
+        """``model``'s loaded runner, counted in flight while the block runs."""
+        runner = await self._acquire(model, keep_alive=keep_alive)
+        try:
+            yield runner
+        finally:
+            self._scheduler.release(runner)
+
+    async def _with_runner(
+        self, model: str, use: Callable[[Runner], Awaitable[T]], *, keep_alive: float | None = None
+    ) -> T:
+        async with self._using(model, keep_alive=keep_alive) as runner:
+            return await use(runner)
+
+    async def runner(self, model: str, *, keep_alive: float | None = None) -> Runner:
+        """The loaded runner for ``model``, loading it on first use (its keep-alive then starts; ``keep_alive``
+        replaces the model's). Raises ModelNotFound, ModelLoadError, and ServerShuttingDown once ``shutdown``
+        began."""
+        runner = await self._acquire(model, keep_alive=keep_alive)
+        self._scheduler.release(runner)
         return runner
 
     async def load(self, model: str, *, ctx_size: int | None = None) -> None:
-        """Load ``model`` with a context of ``ctx_size`` tokens (None: the configured one), reloading it when it
-        is loaded with another context, as Ollama does for ``num_ctx``."""
-        runner = self._runners.get(model)
-        if runner is not None and runner.ctx_size != ctx_size:
-            await self.unload(model)
-            runner = None
-        if runner is None:
-            runner = self.preload(self._models.resolve(model), ctx_size=ctx_size)
-        await asyncio.shield(runner.ready)
+        """Load ``model`` with a context of at least ``ctx_size`` tokens (None: the configured one). A loaded model
+        with a shorter context is loaded again with this one when no request is in flight on it, as Ollama does
+        for ``num_ctx``; a loaded one with a longer context is kept."""
+        runner = await self._acquire(model, ctx_size=ctx_size)
+        self._scheduler.release(runner)
+
+    async def wait_unloads(self) -> None:
+        """Wait for the unloads under way (keep-alive, eviction, ``unload_when_idle``)."""
+        await self._scheduler.wait_unloads()
+
+    def unload_when_idle(self, model: str) -> bool:
+        """Unload ``model`` once its requests in flight end (at once when there are none), as Ollama's
+        ``keep_alive: 0``; False when it is not loaded. Raises ModelNotFound for a name that is no model."""
+        runner = self._scheduler.get(model)
+        return self._scheduler.unload_when_idle(runner.name if runner else self._models.resolve(model).name)
 
     async def relay(self, model: str) -> EngineProxy | None:
         """The proxy to the engine process serving ``model`` when its backend is one (vLLM), whose OpenAI routes a
         server relays as they are; it is loaded first. None for a model served in this process, or a name that
         is not a model (the caller's own routes answer those). Raises ModelLoadError when it fails to load."""
-        runner = self._runners.get(model)
+        runner = self._scheduler.get(model)
         if runner is None:
             try:
                 manifest = self._models.resolve(model)
@@ -226,20 +265,19 @@ class Engine:
                 return None
             if manifest.format not in RELAYED_FORMATS:
                 return None
-            runner = self.preload(manifest)
-        await asyncio.shield(runner.ready)
-        return runner.backend.relay
+        elif runner.manifest.format not in RELAYED_FORMATS:
+            return None
+        return (await self.runner(model)).backend.relay
 
     def health(self) -> Health:
-        if any(not r.ready.done() for r in self._runners.values()):
-            return "loading"
-        return "ready" if self._runners else "error"
+        """``loading`` while a model loads, else ``ready`` (models load on demand: none loaded is ready too)."""
+        return "loading" if self._scheduler.is_loading() else "ready"
 
     def slot_usage(self) -> SlotUsage:
-        return sum((r.backend.slot_usage() for r in self._runners.values() if r.ready.done()), SlotUsage())
+        return sum((r.backend.slot_usage() for r in self._scheduler.runners() if r.is_ready), SlotUsage())
 
     def _usage_by_model(self) -> dict[str, SlotUsage]:
-        return {name: r.backend.slot_usage() for name, r in list(self._runners.items()) if r.is_ready}
+        return {r.name: r.backend.slot_usage() for r in self._scheduler.runners() if r.is_ready}
 
     async def facts(self, model: str) -> ModelFacts:
         """What the loaded ``model`` is (context, slots, chat template), loading it on first use."""
@@ -247,44 +285,51 @@ class Engine:
 
     def slots(self, model: str) -> list[SlotInfo]:
         """What each slot of ``model`` does now; empty when it is not loaded or its backend has no slots."""
-        runner = self._runners.get(model)
+        runner = self._scheduler.get(model)
         return runner.backend.slots() if runner is not None and runner.is_ready else []
 
     async def tokenize(self, model: str, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         """``text`` as ``model``'s token ids. Raises InvalidRequest where its backend cannot tokenize."""
-        runner = await self.runner(model)
-        return await runner.backend.tokenize(text, add_special=add_special, parse_special=parse_special)
+        return await self._with_runner(
+            model, lambda r: r.backend.tokenize(text, add_special=add_special, parse_special=parse_special)
+        )
 
     async def detokenize(self, model: str, tokens: Sequence[int]) -> list[TokenPiece]:
         """Each of ``tokens`` with the bytes it stands for in ``model``. Raises InvalidRequest for an id outside
         its vocabulary."""
-        runner = await self.runner(model)
-        return await runner.backend.detokenize(tokens)
+        return await self._with_runner(model, lambda r: r.backend.detokenize(tokens))
 
     async def embed(
-        self, model: str, inputs: Sequence[EmbeddingInput], *, normalize: bool = True, truncate: bool = False
+        self,
+        model: str,
+        inputs: Sequence[EmbeddingInput],
+        *,
+        normalize: bool = True,
+        truncate: bool = False,
+        keep_alive: float | None = None,
     ) -> EmbeddingResult:
         """One vector per input (a text, or token ids), in order, from ``model`` pooled as its metadata says (mean
         for a generative model), L2-normalised when ``normalize``; an input past the context is cut to it when
         ``truncate``. Raises InvalidRequest (an empty input, an id outside the vocabulary, a backend that cannot
         embed), ContextLengthExceeded, and what loading ``model`` raises."""
-        runner = await self.runner(model)
-        return await runner.backend.embed(inputs, normalize=normalize, truncate=truncate)
+        return await self._with_runner(
+            model, lambda r: r.backend.embed(inputs, normalize=normalize, truncate=truncate), keep_alive=keep_alive
+        )
 
     def models(self) -> list[ModelInfo]:
         """Every model the engine can serve, with whether each is loaded: loaded ones first, then by name."""
         infos = {m.name: m for m in self._models.list()}
-        infos.update({name: r.manifest for name, r in self._runners.items()})
+        infos.update({r.name: r.manifest for r in self._scheduler.runners()})
         models = [self._info(m) for m in infos.values()]
         return sorted(models, key=lambda m: (not m.loaded, m.name))
 
     def describe(self, model: str) -> ModelInfo:
         """The model named ``model``, loaded or not. Raises ModelNotFound."""
-        runner = self._runners.get(model)
+        runner = self._scheduler.get(model)
         return self._info(runner.manifest if runner is not None else self._models.resolve(model))
 
     def _info(self, manifest: Manifest) -> ModelInfo:
-        runner = self._runners.get(manifest.name)
+        runner = self._scheduler.get(manifest.name)
         loaded = runner is not None and runner.is_ready
         return ModelInfo(
             name=manifest.name,
@@ -302,25 +347,33 @@ class Engine:
     def loaded(self) -> list[LoadedModel]:
         """The models loaded now, with how each runs."""
         return [
-            LoadedModel(name=name, backend=r.backend.name, facts=r.backend.facts)
-            for name, r in self._runners.items()
+            LoadedModel(
+                name=r.name,
+                backend=r.backend.name,
+                facts=r.backend.facts,
+                need=dict(r.need),
+                pinned=r.pinned,
+                in_flight=r.in_flight,
+                expires_in=self._scheduler.expires_in(r),
+            )
+            for r in self._scheduler.runners()
             if r.is_ready
         ]
 
     async def unload(self, model: str) -> bool:
         """Unload ``model`` if it is loaded or loading (False when it was not); requests in flight end with an error."""
-        runner = self._runners.pop(model, None)
-        if runner is None:
-            return False
-        if not runner.ready.done():
-            await asyncio.wait([runner.ready])
-        if runner.is_ready:
-            await runner.backend.unload()
-        return True
+        return await self._scheduler.unload(model)
 
     async def chat(self, request: ChatRequest) -> TokenStream:
         started = time.perf_counter()
-        runner = await self.runner(request.model)
+        async with (
+            self._using(request.model, keep_alive=request.keep_alive) as runner,
+            aclosing(self._chat(runner, request, started)) as chunks,
+        ):
+            async for chunk in chunks:
+                yield chunk
+
+    async def _chat(self, runner: Runner, request: ChatRequest, started: float) -> TokenStream:
         if runner.template is None:
             raise ModelNotReady(f"model '{request.model}' is still loading")
         tools = request.tools if request.tool_choice != "none" else ()
@@ -338,7 +391,14 @@ class Engine:
 
     async def complete(self, request: CompletionRequest) -> TokenStream:
         started = time.perf_counter()
-        runner = await self.runner(request.model)
+        async with (
+            self._using(request.model, keep_alive=request.keep_alive) as runner,
+            aclosing(self._complete(runner, request, started)) as chunks,
+        ):
+            async for chunk in chunks:
+                yield chunk
+
+    async def _complete(self, runner: Runner, request: CompletionRequest, started: float) -> TokenStream:
         if request.tokens and not runner.backend.capabilities.token_prompts:
             raise InvalidRequest(
                 f"a prompt of token ids is not supported by the {runner.backend.name} backend", param="prompt"
@@ -356,7 +416,14 @@ class Engine:
         InvalidRequest when the model declares no FIM tokens and ContextLengthExceeded when the prompt does not
         fit."""
         started = time.perf_counter()
-        runner = await self.runner(request.model)
+        async with (
+            self._using(request.model, keep_alive=request.keep_alive) as runner,
+            aclosing(self._infill(runner, request, started)) as chunks,
+        ):
+            async for chunk in chunks:
+                yield chunk
+
+    async def _infill(self, runner: Runner, request: InfillRequest, started: float) -> TokenStream:
         tokens = await infill_tokens(runner.backend, request)
         generation = GenerationRequest(request_id=_new_id(), prompt="", options=request.options, tokens=tuple(tokens))
         async with aclosing(self._generate(runner, generation, started)) as chunks:
@@ -380,10 +447,14 @@ class Engine:
     async def close(self) -> None:
         """Unload every model; requests in flight end with an error. A close already under way is waited for."""
         async with self._closing:
-            runners, self._runners = list(self._runners.values()), {}
+            if self._reaper is not None:
+                self._reaper.cancel()
+            runners = await self._scheduler.close()
             for runner in runners:
                 try:
-                    if runner.ready.done() and runner.ready.exception() is None:
+                    if not runner.ready.done():
+                        await asyncio.wait([runner.ready])
+                    if runner.is_ready:
                         await runner.backend.unload()
                 except (LocalInferError, asyncio.CancelledError):
                     log.warning("unloading %s failed", runner.manifest.name)
@@ -394,6 +465,10 @@ class LoadedModel:
     name: str
     backend: str
     facts: ModelFacts
+    need: Mapping[str, int]  # the scheduler's estimate of what it takes, per device
+    pinned: bool = False
+    in_flight: int = 0
+    expires_in: float | None = None  # seconds until its keep-alive unloads it; None: in use, pinned or for good
 
 
 def _new_id() -> str:
