@@ -21,6 +21,10 @@ class LoadedModelStatus:
     threads: int | None = None  # None: not reported (a remote server)
     gpu_layers: int = 0
     size_bytes: int = 0  # the weights in memory
+    memory_bytes: int = 0  # what the scheduler counts it as taking: weights, KV cache and compute buffers
+    pinned: bool = False  # never unloaded for room or by keep-alive
+    in_flight: int = 0  # requests running on it now
+    expires_in: float | None = None  # seconds until its keep-alive unloads it; None: in use, pinned or for good
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,12 @@ class HttpClient:
         await self._request("DELETE", "/api/delete", model=model, json={"model": model})
         return 0
 
+    async def unload(self, model: str) -> bool:
+        """Unload ``model`` once its requests in flight end, as ``ollama stop`` (/models/unload); False when it is
+        not loaded. Raises ModelNotFound for a name the server does not know."""
+        body = (await self._request("POST", "/models/unload", model=model, json={"model": model})).json()
+        return bool(body.get("success")) if isinstance(body, dict) else False
+
     async def status(self) -> ClientStatus:
         body = await self._get("/api/localinfer/status")
         loaded = tuple(
@@ -182,6 +188,10 @@ class HttpClient:
                 threads=m.get("threads"),
                 gpu_layers=int(m.get("gpu_layers") or 0),
                 size_bytes=int(m.get("size_bytes") or 0),
+                memory_bytes=int(m.get("memory_bytes") or 0),
+                pinned=bool(m.get("pinned")),
+                in_flight=int(m.get("in_flight") or 0),
+                expires_in=m.get("expires_in"),
             )
             for m in body.get("loaded") or ()
         )

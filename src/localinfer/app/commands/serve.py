@@ -65,6 +65,24 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--gpu-layers", type=int, help="layers to offload to the GPU (-1: all; default: as many as fit)")
     p.add_argument(
+        "--max-loaded",
+        type=int,
+        metavar="N",
+        help="most models loaded at once; the least recently used idle one makes room (default: as many as fit)",
+    )
+    p.add_argument(
+        "--keep-alive",
+        metavar="DURATION",
+        help="how long a model stays loaded after its last request: 30s, 10m, 1h; -1 for good, 0 unloads at once "
+        "(default 5m); a request's keep_alive replaces it for its model",
+    )
+    p.add_argument(
+        "--pin",
+        action="append",
+        metavar="MODEL",
+        help="load MODEL at start and never unload it for room or by keep-alive; repeat it for several",
+    )
+    p.add_argument(
         "--alias",
         "--served-model-name",
         metavar="NAME",
@@ -122,6 +140,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         engine_args=_engine_args(args) or None,
         allow_hosts=args.allow_host,
         cors_origins=args.cors_origin,
+        max_loaded=args.max_loaded,
+        keep_alive=args.keep_alive,
+        pin=args.pin,
     )
     api_key = settings.api_key.get_secret_value() if settings.api_key else None
     if not is_loopback(settings.host) and not api_key:
@@ -141,6 +162,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.alias:
         manifest = dataclasses.replace(manifest, name=validate_name(args.alias))
     models = ServedModels(library, manifest, original=original)  # names only from here on: never a path
+    pins = [models.resolve(name) for name in settings.pin]
     engine = Engine(settings, models, hardware=hardware)
     engine.check_plan(manifest)  # a model this machine cannot run (vLLM's without its GPU) fails here, in one line
     url = f"http://{settings.host}:{settings.port}"
@@ -148,7 +170,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     access = policy_for(
         settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins, api_key=api_key
     )
-    app = create_app(engine, preload=manifest, client=client, access=access, max_body=settings.max_body)
+    app = create_app(engine, preload=manifest, pins=pins, client=client, access=access, max_body=settings.max_body)
     print(f"localinfer: serving {manifest.name} on {url}/v1", flush=True)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
     GracefulServer(config, grace=settings.shutdown_timeout, end_requests=client.shutdown).run()

@@ -8,7 +8,7 @@ OpenAI's.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -23,6 +23,7 @@ from localinfer.app.server.errors import error_body_for, error_for, headers_for
 from localinfer.app.server.guard import AccessGuard, AccessPolicy
 from localinfer.app.server.limits import BodyLimits
 from localinfer.app.server.llamacpp.infill import router as llamacpp_infill_router
+from localinfer.app.server.llamacpp.models import router as llamacpp_models_router
 from localinfer.app.server.llamacpp.routes import router as llamacpp_router
 from localinfer.app.server.ollama.embed import router as ollama_embed_router
 from localinfer.app.server.ollama.generation import router as ollama_generation_router
@@ -43,11 +44,13 @@ def create_app(
     *,
     api_key: str | None = None,
     preload: Manifest | None = None,
+    pins: Sequence[Manifest] = (),
     client: LocalClient | None = None,
     access: AccessPolicy | None = None,
     max_body: int = Settings.model_fields["max_body"].default,
 ) -> FastAPI:
-    """An app serving ``engine``. ``preload`` starts loading a model at startup; /health says 503 until then.
+    """An app serving ``engine``. ``preload`` starts loading a model at startup (its keep-alive starts when it is
+    loaded), and so does each of ``pins``, never unloaded; /health says 503 until they are loaded.
 
     ``access`` says who may use it (Host check, CORS allow-list, key; by default: a server on 127.0.0.1 without
     a key); ``api_key``, when given, is the key whatever ``access`` says. Give ``engine`` a names-only model
@@ -60,8 +63,10 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for pinned in pins:
+            engine.preload(pinned, pin=True)
         if preload is not None:
-            engine.preload(preload)
+            engine.preload(preload, pin=any(p.name == preload.name for p in pins))
         yield
         await engine.close()
 
@@ -73,6 +78,7 @@ def create_app(
     app.include_router(ollama_router)
     app.include_router(llamacpp_infill_router)
     app.include_router(llamacpp_router)
+    app.include_router(llamacpp_models_router)
     app.include_router(ollama_generation_router)
     app.include_router(ollama_show_router)
     app.include_router(openai_embeddings_router)

@@ -27,6 +27,8 @@ LLAMACPP_PATHS: Final = frozenset(
         "/props",
         "/slots",
         "/metrics",
+        "/models/load",
+        "/models/unload",
     }
 )
 

@@ -11,6 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from localinfer.config import parse_duration
+from localinfer.errors import InvalidRequest
+
 
 class ClientBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -21,3 +24,14 @@ class ClientBody(BaseModel):
         if isinstance(data, dict):
             return {key: value for key, value in data.items() if value is not None}
         return data
+
+
+def keep_alive_seconds(value: str | int | float | None) -> float | None:
+    """A request's ``keep_alive`` (Ollama's: seconds as a number, or a duration such as ``"10m"``; negative keeps
+    the model for good, 0 unloads it after the request) in seconds; None when not given. Raises InvalidRequest."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise InvalidRequest(f"keep_alive: {exc}", param="keep_alive") from None

@@ -10,7 +10,7 @@
   [...]}``, the pooled vector as the model gives it, not normalised, as Ollama's legacy route answers; an empty
   prompt only loads the model. A prompt past the context is cut to it.
 
-``keep_alive`` and ``options`` are accepted and ignored: models stay loaded while the server runs, and sampling does
+``keep_alive`` is how long the model stays loaded after the request; ``options`` are accepted and ignored: sampling does
 not change a vector. Vectors are pooled as the model's GGUF states (mean pooling for a generative model, as
 llama-server's ``--pooling mean``). A request naming no model goes to the server's default one.
 """
@@ -26,6 +26,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from localinfer.app.server.core.model_name import requested_model
+from localinfer.app.server.core.wire import keep_alive_seconds
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.ollama.wire import json_body
@@ -41,7 +42,7 @@ class _EmbedWire(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    keep_alive: str | int | float | None = None  # accepted; models stay loaded while the server runs
+    keep_alive: str | int | float | None = None  # how long the model stays loaded after this request
     options: dict[str, Any] | None = None  # accepted; nothing in them changes a vector
 
 
@@ -78,11 +79,14 @@ async def embed(request: Request, body: EmbedJSON) -> Response:
     model = requested_model(request, body.model)
     started = time.monotonic_ns()
     texts = body.inputs()
-    await unless_disconnected(request, engine.runner(model))
+    keep_alive = keep_alive_seconds(body.keep_alive)
+    await unless_disconnected(request, engine.runner(model, keep_alive=keep_alive))
     loaded = time.monotonic_ns()
     if not texts:
         return _json({"model": model, "embeddings": []})
-    result = await unless_disconnected(request, engine.embed(model, texts, normalize=True, truncate=body.truncate))
+    result = await unless_disconnected(
+        request, engine.embed(model, texts, normalize=True, truncate=body.truncate, keep_alive=keep_alive)
+    )
     vectors = [_shortened(vector, body.dimensions) for vector in result.vectors]
     return _json(
         {
@@ -99,10 +103,13 @@ async def embed(request: Request, body: EmbedJSON) -> Response:
 async def embeddings(request: Request, body: EmbeddingsJSON) -> Response:
     engine: Engine = request.app.state.engine
     model = requested_model(request, body.model)
+    keep_alive = keep_alive_seconds(body.keep_alive)
     if not body.prompt:
-        await unless_disconnected(request, engine.runner(model))
+        await unless_disconnected(request, engine.runner(model, keep_alive=keep_alive))
         return _json({"embedding": []})
-    result = await unless_disconnected(request, engine.embed(model, [body.prompt], normalize=False, truncate=True))
+    result = await unless_disconnected(
+        request, engine.embed(model, [body.prompt], normalize=False, truncate=True, keep_alive=keep_alive)
+    )
     return _json({"embedding": list(result.vectors[0])})
 
 

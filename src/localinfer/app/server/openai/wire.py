@@ -11,7 +11,7 @@ from pydantic import Field
 
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import ToolWire
-from localinfer.app.server.core.wire import ClientBody
+from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
 from localinfer.app.server.openai.tools_wire import NamedChoice, ToolCallWire, tools_to_core
 from localinfer.errors import InvalidRequest
 from localinfer.types import (
@@ -88,6 +88,7 @@ class _SamplingWire(_Wire):
     """Fields shared by chat and text completions, with llama.cpp's extensions (top_k, min_p...)."""
 
     model: str = ""  # none: the server's default model (core/model_name.py)
+    keep_alive: str | int | float | None = None  # an extension, as Ollama's: how long the model stays loaded after
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: float = Field(0.8, ge=0.0, le=2.0)
@@ -172,6 +173,7 @@ class ChatCompletionBody(_SamplingWire):
             options=self._options(max_tokens, response_format),
             tools=tools,
             tool_choice=tool_choice,
+            keep_alive=keep_alive_seconds(self.keep_alive),
         )
 
 
@@ -197,6 +199,10 @@ class CompletionBody(_SamplingWire):
         if not prompts:
             raise InvalidRequest("prompt must not be an empty list", param="prompt")
         options = self._options(self.max_tokens, ResponseFormat())
+        keep_alive = keep_alive_seconds(self.keep_alive)
         if self.suffix:
-            return [InfillRequest(model=self.model, prefix=p, suffix=self.suffix, options=options) for p in prompts]
-        return [CompletionRequest(model=self.model, prompt=p, options=options) for p in prompts]
+            return [
+                InfillRequest(model=self.model, prefix=p, suffix=self.suffix, options=options, keep_alive=keep_alive)
+                for p in prompts
+            ]
+        return [CompletionRequest(model=self.model, prompt=p, options=options, keep_alive=keep_alive) for p in prompts]

@@ -1,0 +1,88 @@
+"""``localinfer ps``: the models a running ``localinfer serve`` has loaded, as ``ollama ps`` shows them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from dataclasses import asdict
+from typing import Any
+
+from localinfer.client.base import ClientStatus, LoadedModelStatus
+from localinfer.client.remote import HttpClient
+from localinfer.config import Settings
+
+_MB = 1_000_000
+
+
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    """``--url`` and ``--api-key``: the running server to ask."""
+    p.add_argument("--url", help="the running 'localinfer serve' (default: http://HOST:PORT from the settings)")
+    p.add_argument("--api-key", help="the key that server asks for (LOCALINFER_API_KEY)")
+
+
+def server_client(args: argparse.Namespace, settings: Settings) -> HttpClient:
+    url = args.url or f"http://{settings.host}:{settings.port}"
+    key = args.api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
+    return HttpClient(url, api_key=key)
+
+
+def add_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "ps",
+        help="list the models a running server has loaded",
+        description="List the models a running 'localinfer serve' has loaded: memory, backend, context, slots, "
+        "and when each is unloaded if no request comes (its keep-alive).",
+    )
+    add_server_arguments(p)
+    p.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    p.set_defaults(run=run)
+
+
+async def _status(client: HttpClient) -> ClientStatus:
+    try:
+        return await client.status()
+    finally:
+        await client.close()
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    status = asyncio.run(_status(server_client(args, settings)))
+    if args.json:
+        print(json.dumps([asdict(m) for m in status.loaded], indent=2))
+    else:
+        print(render_table(status.loaded))
+    return 0
+
+
+def until(model: LoadedModelStatus) -> str:
+    """When ``model`` is unloaded, in ``ollama ps``'s words."""
+    if model.pinned:
+        return "pinned"
+    if model.in_flight:
+        return f"in use ({model.in_flight})"
+    if model.expires_in is None:
+        return "forever"
+    seconds = round(model.expires_in)
+    return f"in {seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"in {seconds} s"
+
+
+def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
+    if not models:
+        return "no model is loaded"
+    header = ("NAME", "MEMORY", "BACKEND", "CONTEXT", "SLOTS", "UNTIL")
+    rows = [
+        (
+            m.name,
+            f"{(m.memory_bytes or m.size_bytes) / _MB:.0f} MB",
+            m.backend + (f" ({m.gpu_layers} GPU layers)" if m.gpu_layers else ""),
+            str(m.context_length),
+            str(m.slots),
+            until(m),
+        )
+        for m in models
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in (header, *rows)
+    )

@@ -1,0 +1,44 @@
+"""llama-server's router-mode model control, so its clients (and ``localinfer stop``) load and unload models:
+
+- ``POST /models/load {"model"}``: load the model now (a name the server lists, never a path) with its usual
+  keep-alive; ``{"success": true}`` once it is loaded.
+- ``POST /models/unload {"model"}``: unload it once its requests in flight have ended, at once when there are
+  none; ``{"success": false}`` when it is not loaded.
+
+Errors in llama-server's shape: an unknown model is a 404, a model that cannot be loaded a 500 with why.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import Field
+
+from localinfer.app.server.core.model_name import requested_model
+from localinfer.app.server.core.wire import ClientBody
+from localinfer.app.server.disconnect import unless_disconnected
+from localinfer.app.server.limits import FastJSONRoute
+from localinfer.engine.engine import Engine
+
+router = APIRouter(prefix="/models", route_class=FastJSONRoute)
+
+
+class ModelBody(ClientBody):
+    model: str = Field(min_length=1, max_length=1024)
+
+
+def _engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
+
+
+@router.post("/load")
+async def load(request: Request, body: ModelBody) -> dict[str, bool]:
+    model = requested_model(request, body.model)
+    await unless_disconnected(request, _engine(request).runner(model))
+    return {"success": True}
+
+
+@router.post("/unload")
+async def unload(request: Request, body: ModelBody) -> dict[str, bool]:
+    model = requested_model(request, body.model)
+    return {"success": _engine(request).unload_when_idle(model)}

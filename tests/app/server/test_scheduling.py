@@ -1,0 +1,171 @@
+"""Several models in one server, end to end (issue 15): a real `localinfer serve` with SmolLM2 and Gemma 3 270M,
+the official ollama client and httpx. The scheduler's rules one by one, with fakes: tests/engine/test_scheduler.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ollama
+import pytest
+
+from localinfer.models.store import Manifest
+from tests.app.server.conftest import Server, serving
+
+pytestmark = pytest.mark.model
+
+CTX = ("--ctx-size", "512", "--parallel", "2")
+
+
+def ask(server: Server, model: str, prompt: str, **extra: Any) -> str:
+    body = {"model": model, "prompt": prompt, "max_tokens": 12, "temperature": 0, **extra}
+    response = httpx.post(f"{server.url}/v1/completions", json=body, timeout=180)
+    assert response.status_code == 200, response.text
+    text: str = response.json()["choices"][0]["text"]
+    return text
+
+
+def running(server: Server) -> dict[str, dict[str, Any]]:
+    """/api/ps: the loaded models by name, untagged."""
+    models = httpx.get(f"{server.url}/api/ps", timeout=30).json()["models"]
+    return {m["name"].removesuffix(":latest"): m for m in models}
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(
+    smollm2: Manifest, gemma3: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    with serving(smollm2.name, test_home, tmp_path_factory.mktemp("max-loaded-1"), *CTX, "--max-loaded", "1") as s:
+        yield s
+
+
+def test_with_max_loaded_1_alternating_clients_of_two_models_all_get_their_models_answers(
+    one_at_a_time: Server, smollm2: Manifest, gemma3: Manifest
+) -> None:
+    prompts = {smollm2.name: "The capital of France is", gemma3.name: "Water boils at"}
+    alone = {model: ask(one_at_a_time, model, prompt) for model, prompt in prompts.items()}
+    assert alone[smollm2.name] != alone[gemma3.name]
+    seen: list[int] = []
+    answers: list[tuple[str, str]] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def client(number: int) -> None:
+        try:
+            for turn in range(4):
+                model = [smollm2.name, gemma3.name][(number + turn) % 2]
+                answers.append((model, ask(one_at_a_time, model, prompts[model])))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(len(running(one_at_a_time)))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    clients = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+    done.set()
+    watcher.join()
+    assert not errors, errors
+    assert len(answers) == 16 and all(text == alone[model] for model, text in answers)
+    assert seen and max(seen) == 1  # never both in memory
+
+
+@pytest.fixture(scope="module")
+def roomy(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(smollm2.name, test_home, tmp_path_factory.mktemp("roomy"), *CTX) as server:
+        yield server
+
+
+def test_with_room_for_both_both_stay_loaded_with_their_sizes(
+    roomy: Server, smollm2: Manifest, gemma3: Manifest
+) -> None:
+    ask(roomy, smollm2.name, "Hello")
+    ask(roomy, gemma3.name, "Hello")
+    both = running(roomy)
+    assert set(both) == {smollm2.name, gemma3.name}
+    assert both[gemma3.name]["size"] > 0 and both[smollm2.name]["size"] > 0
+    assert all(m["pinned"] is False for m in both.values())
+
+
+def test_a_keep_alive_of_two_seconds_unloads_the_model_two_seconds_after_its_request(
+    roomy: Server, gemma3: Manifest
+) -> None:
+    ollama.Client(host=roomy.url).generate(model=gemma3.name, prompt="Hi", keep_alive="2s", options={"num_predict": 2})
+    answered = time.monotonic()
+    listed = running(roomy)
+    if time.monotonic() - answered < 1.5:  # read in time: it is listed, expiring within its 2 seconds
+        expires = datetime.fromisoformat(listed[gemma3.name]["expires_at"].replace("Z", "+00:00"))
+        assert 0 < (expires - datetime.now(timezone.utc)).total_seconds() <= 2.0
+    while gemma3.name in running(roomy):
+        assert time.monotonic() - answered < 30, "still loaded 30 s after a 2 s keep-alive"
+        time.sleep(0.1)
+    assert time.monotonic() - answered >= 1.9  # not before its time (the clock's resolution aside)
+
+
+def test_ollamas_keep_alive_zero_with_no_prompt_unloads_the_model(roomy: Server, gemma3: Manifest) -> None:
+    client = ollama.Client(host=roomy.url)
+    client.generate(model=gemma3.name, prompt="", keep_alive=-1)  # loads it, for good
+    listed = running(roomy)[gemma3.name]
+    assert datetime.fromisoformat(listed["expires_at"].replace("Z", "+00:00")).year > datetime.now().year + 10
+    unloaded = client.generate(model=gemma3.name, prompt="", keep_alive=0)
+    assert unloaded.done_reason == "unload"
+    deadline = time.monotonic() + 30
+    while gemma3.name in running(roomy):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_bad_keep_alive_is_a_400_naming_it(roomy: Server, smollm2: Manifest) -> None:
+    body = {"model": smollm2.name, "prompt": "Hi", "stream": False, "keep_alive": "soon"}
+    response = httpx.post(f"{roomy.url}/api/generate", json=body, timeout=60)
+    assert response.status_code == 400 and "keep_alive" in response.json()["error"]
+    openai_body = {"model": smollm2.name, "prompt": "Hi", "keep_alive": "forever"}
+    response = httpx.post(f"{roomy.url}/v1/completions", json=openai_body, timeout=60)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "keep_alive"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "localinfer.app.cli", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_models_load_then_localinfer_ps_lists_it_and_localinfer_stop_unloads_it(
+    roomy: Server, gemma3: Manifest
+) -> None:
+    loaded = httpx.post(f"{roomy.url}/models/load", json={"model": f"{gemma3.name}:latest"}, timeout=120)
+    assert loaded.status_code == 200 and loaded.json() == {"success": True}
+    listed = cli("ps", "--url", roomy.url)
+    assert listed.returncode == 0, listed.stderr
+    line = next(line for line in listed.stdout.splitlines() if line.startswith(gemma3.name))
+    assert "llamacpp" in line and " MB" in line and ("min" in line or " s" in line)
+    stopped = cli("stop", gemma3.name, "--url", roomy.url)
+    assert stopped.returncode == 0 and f"unloading {gemma3.name}" in stopped.stdout, stopped.stderr
+    deadline = time.monotonic() + 30
+    while gemma3.name in running(roomy):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    again = cli("stop", gemma3.name, "--url", roomy.url)
+    assert again.returncode == 1 and "is not loaded" in again.stdout
+    unknown = httpx.post(f"{roomy.url}/models/unload", json={"model": "no-such-model"}, timeout=30)
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found_error"
+
+
+def test_localinfer_ps_without_a_server_says_how_to_start_one(tmp_path: Path) -> None:
+    answer = cli("ps", "--url", "http://127.0.0.1:9")
+    assert answer.returncode != 0 and "cannot reach localinfer" in answer.stderr and "Traceback" not in answer.stderr
