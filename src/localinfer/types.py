@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "tool_calls"]
+Priority = Literal["low", "normal", "high"]  # who gets a free slot (and the prefill budget) first
+PRIORITY_RANK: dict[str, int] = {"low": 0, "normal": 1, "high": 2}
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class ChatRequest:
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice = "auto"
     keep_alive: float | None = None  # seconds the model stays loaded after this request (negative: for good)
+    priority: Priority = "normal"
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class CompletionRequest:
     options: GenerationOptions = field(default_factory=GenerationOptions)
     tokens: tuple[int, ...] = ()
     keep_alive: float | None = None  # seconds the model stays loaded after this request (negative: for good)
+    priority: Priority = "normal"
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ class InfillRequest:
     prompt: str = ""
     options: GenerationOptions = field(default_factory=GenerationOptions)
     keep_alive: float | None = None  # seconds the model stays loaded after this request (negative: for good)
+    priority: Priority = "high"  # a keystroke's completion: ahead of queued chat
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,7 @@ class GenerationRequest:
     add_special: bool = True
     parse_special: bool = True
     tokens: tuple[int, ...] = ()
+    priority: Priority = "normal"
 
 
 @dataclass(frozen=True)

@@ -382,7 +382,11 @@ class Engine:
         if tools and request.tool_choice != "auto":
             options = dataclasses.replace(options, response_format=required_call(options, tools, request.tool_choice))
         generation = GenerationRequest(
-            request_id=_new_id(), prompt=rendered.text, options=options, add_special=rendered.add_special
+            request_id=_new_id(),
+            prompt=rendered.text,
+            options=options,
+            add_special=rendered.add_special,
+            priority=request.priority,
         )
         generated = self._generate(runner, generation, started)
         async with aclosing(read_tool_calls(generated, tools) if tools else generated) as chunks:
@@ -404,7 +408,11 @@ class Engine:
                 f"a prompt of token ids is not supported by the {runner.backend.name} backend", param="prompt"
             )
         generation = GenerationRequest(
-            request_id=_new_id(), prompt=request.prompt, options=request.options, tokens=request.tokens
+            request_id=_new_id(),
+            prompt=request.prompt,
+            options=request.options,
+            tokens=request.tokens,
+            priority=request.priority,
         )
         async with aclosing(self._generate(runner, generation, started)) as chunks:
             async for chunk in chunks:
@@ -425,7 +433,9 @@ class Engine:
 
     async def _infill(self, runner: Runner, request: InfillRequest, started: float) -> TokenStream:
         tokens = await infill_tokens(runner.backend, request)
-        generation = GenerationRequest(request_id=_new_id(), prompt="", options=request.options, tokens=tuple(tokens))
+        generation = GenerationRequest(
+            request_id=_new_id(), prompt="", options=request.options, tokens=tuple(tokens), priority=request.priority
+        )
         async with aclosing(self._generate(runner, generation, started)) as chunks:
             async for chunk in chunks:
                 yield chunk

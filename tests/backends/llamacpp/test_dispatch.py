@@ -252,3 +252,25 @@ def test_a_start_that_raises_loses_no_request() -> None:
         queue.dispatch(broken_start, lambda slot: None)
     queue.close(GenerationFailed("the inference loop stopped"))
     assert record.failed and queue.waiting == 0
+
+
+def test_a_free_slot_goes_to_the_highest_priority_then_to_the_longest_waiting() -> None:
+    """A keystroke's completion (high) goes ahead of queued chat (normal), chat ahead of batch work (low); within
+    a priority, first come first served."""
+    slots = [Slot(seq_id=0)]
+    queue = JobQueue(slots, max_queue=16)
+    decoder = Decoder(queue, slots)
+    running = new_job(0, 1, Record())
+    queue.submit(running)
+    decoder.turn()  # the only slot is busy for this turn
+    order = [("low", 0), ("normal", 1), ("normal", 1), ("high", 2), ("low", 0), ("high", 2)]
+    jobs = []
+    for index, (_, rank) in enumerate(order, start=1):
+        job = new_job(index, 1, Record())
+        job.priority = rank
+        jobs.append(job)
+        queue.submit(job)
+    for _ in range(len(order)):
+        decoder.turn()
+    started = [job.request_id for job in decoder.started[1:]]
+    assert started == ["4", "6", "2", "3", "1", "5"]

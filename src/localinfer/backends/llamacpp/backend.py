@@ -29,7 +29,7 @@ from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import build_sampler
 from localinfer.backends.llamacpp.step_loop import StepLoop
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
-from localinfer.types import GenerationRequest, TokenStream
+from localinfer.types import PRIORITY_RANK, GenerationRequest, TokenStream
 
 
 class LlamaCppBackend(Backend):
@@ -92,6 +92,7 @@ class LlamaCppBackend(Backend):
             ignore_eos=options.ignore_eos,
             cache_prompt=options.cache_prompt,
             n_logprobs=options.logprobs,
+            priority=PRIORITY_RANK[request.priority],
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
             text=constraint.text_stream(options.stop) if constraint else text_stream_for(options),
         )

@@ -3,7 +3,8 @@
 Requesters ``submit`` jobs from any thread; everything else runs on the inference thread, once per turn of the
 step loop: ``collect`` takes what arrived (sleeping only when no slot is busy and no job waits, so a job can never
 be left waiting by a sleeping loop), then ``dispatch`` drops cancelled jobs and gives every free slot to the job
-that has waited longest. Because ``dispatch`` runs after every step, whatever finished, was cancelled or arrived in
+of the highest priority that has waited longest (a keystroke's completion before queued chat, chat before batch
+work). Because ``dispatch`` runs after every step, whatever finished, was cancelled or arrived in
 between, a slot never idles while a job waits.
 """
 
@@ -101,7 +102,8 @@ class JobQueue:
 
     def dispatch(self, start: Start, release: Release) -> None:
         """Drop cancelled jobs (waiting ones are closed, running ones ``release``d), then ``start`` the longest
-        waiting job on the free slot whose cache shares the longest prefix with its prompt, while both remain."""
+        waiting job of the highest priority on the free slot whose cache shares the longest prefix with its
+        prompt, while both remain."""
         for job in [job for job in self._waiting if job.cancelled]:
             self._waiting.remove(job)
             self._left_queue()
@@ -113,9 +115,10 @@ class JobQueue:
             free = [slot for slot in self._slots if slot.idle]
             if not free:
                 return
-            job = self._waiting[0]
+            top = max(job.priority for job in self._waiting)
+            job = next(job for job in self._waiting if job.priority == top)
             start(max(free, key=lambda s: (common_prefix(s.cached, job.prompt), -len(s.cached))), job)
-            self._waiting.popleft()  # only once started: a start that raises leaves it first in line, for close()
+            self._waiting.remove(job)  # only once started: a start that raises leaves it in line, for close()
             self._left_queue()
 
     def close(self, error: GenerationFailed) -> None:

@@ -71,6 +71,7 @@ class Job:
     t_prefill_start: float = 0.0
     t_first_token: float = 0.0
     n_logprobs: int | None = None  # None: no log-probabilities; else each token's and this many most likely ones
+    priority: int = 1  # PRIORITY_RANK: a higher one gets a free slot, and the prefill budget, first
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
 
     def reached_max_tokens(self) -> bool:

@@ -158,7 +158,8 @@ class StepLoop:
         budget = self._capacity - n
         if generating:
             budget = min(budget, PREFILL_CHUNK_WHILE_GENERATING)
-        for slot in self._slots:  # then prompt chunks, in slot order, as far as the budget allows
+        by_priority = sorted(self._slots, key=lambda s: -s.job.priority if s.job is not None else 0)
+        for slot in by_priority:  # then prompt chunks, highest priority first, as far as the budget allows
             if slot.job is None or not slot.to_prefill or budget <= 0:
                 continue
             take = slot.to_prefill[:budget]

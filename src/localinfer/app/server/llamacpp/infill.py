@@ -65,6 +65,7 @@ class InfillBody(CompletionBody):
             extra=tuple((chunk.filename, chunk.text) for chunk in self.input_extra),
             prompt=self.prompt,
             options=options,
+            priority=self.priority or "high",
         )
 
     def infill_settings(self, options: GenerationOptions, n_ctx: int) -> dict[str, Any]:

@@ -42,7 +42,9 @@ async def completion(body: CompletionBody, request: Request) -> JSONResponse | S
         tokens = tuple(await _tokens(engine, model, body.prompt, add_special=True, parse_special=True))
         text = await _text(engine, model, tokens)  # refuses an id outside the vocabulary
     served = Served(model, text, body.settings(options, facts.n_ctx))
-    core = CompletionRequest(model=model, prompt=text, options=options, tokens=tokens)
+    core = CompletionRequest(
+        model=model, prompt=text, options=options, tokens=tokens, priority=body.priority or "normal"
+    )
     stream = await unless_disconnected(request, primed(engine.complete(core)))
     if body.stream:
         return StreamingResponse(sse_stream(stream, served), media_type="text/event-stream", headers=SSE_HEADERS)

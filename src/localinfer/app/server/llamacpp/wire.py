@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
-from localinfer.types import GenerationOptions, SamplingParams
+from localinfer.types import GenerationOptions, Priority, SamplingParams
 
 # A prompt: text, or token ids, or both mixed (llama-server's tokenize_mixed): ``[12, 34, "text", 56]``. An id is a
 # JSON integer: ``true`` or ``1.0`` is refused, not read as 1.
@@ -80,6 +80,7 @@ class CompletionBody(_Wire):
     stop: list[str] | str = Field(default_factory=list)
     stream: bool = False
     cache_prompt: bool = True
+    priority: Priority | None = None  # localinfer's: who gets a free slot first (/infill: high, else normal)
     ignore_eos: bool = False
     samplers: list[str] | str | None = None
 

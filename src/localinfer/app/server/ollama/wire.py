@@ -24,6 +24,7 @@ from localinfer.types import (
     CompletionRequest,
     GenerationOptions,
     InfillRequest,
+    Priority,
     ResponseFormat,
     SamplingParams,
     Tool,
@@ -132,6 +133,7 @@ class _GenerationBody(ModelBody):
     options: Options = Field(default_factory=Options)
     keep_alive: str | int | float | None = None  # how long the model stays loaded after this request
     think: bool | str | None = None  # accepted; these models do not think aloud
+    priority: Priority | None = None  # localinfer's: "high" goes ahead of queued requests (FIM as you type)
     tools: list[ToolWire] | None = Field(None, max_length=MAX_TOOLS)
 
     def model_name(self) -> str | None:
@@ -197,6 +199,7 @@ class ChatBody(_GenerationBody):
             options=self._options(),
             tools=self._tools(),
             keep_alive=self.keep_alive_seconds(),
+            priority=self.priority or "normal",
         )
 
 
@@ -229,17 +232,30 @@ class GenerateBody(_GenerationBody):
         """The prompt (and system text) through the model's chat template, as Ollama does when ``raw`` is false."""
         system = (ChatMessage("system", self.system),) if self.system else ()
         messages = (*system, ChatMessage("user", self.prompt))
-        return ChatRequest(model, messages, self._options(), keep_alive=self.keep_alive_seconds())
+        return ChatRequest(
+            model, messages, self._options(), keep_alive=self.keep_alive_seconds(), priority=self.priority or "normal"
+        )
 
     def infill(self, model: str) -> InfillRequest:
         """Fill in the middle: ``prompt`` is the text before the gap, ``suffix`` the text after it."""
         return InfillRequest(
-            model, prefix=self.prompt, suffix=self.suffix, options=self._options(), keep_alive=self.keep_alive_seconds()
+            model,
+            prefix=self.prompt,
+            suffix=self.suffix,
+            options=self._options(),
+            keep_alive=self.keep_alive_seconds(),
+            priority=self.priority or "high",
         )
 
     def completion(self, model: str) -> CompletionRequest:
         """The prompt as it is (``raw``)."""
-        return CompletionRequest(model, self.prompt, self._options(), keep_alive=self.keep_alive_seconds())
+        return CompletionRequest(
+            model,
+            self.prompt,
+            self._options(),
+            keep_alive=self.keep_alive_seconds(),
+            priority=self.priority or "normal",
+        )
 
 
 class ShowBody(ModelBody):

@@ -20,6 +20,7 @@ from localinfer.types import (
     CompletionRequest,
     GenerationOptions,
     InfillRequest,
+    Priority,
     ResponseFormat,
     SamplingParams,
 )
@@ -89,6 +90,7 @@ class _SamplingWire(_Wire):
 
     model: str = ""  # none: the server's default model (core/model_name.py)
     keep_alive: str | int | float | None = None  # an extension, as Ollama's: how long the model stays loaded after
+    priority: Priority | None = None  # an extension: "high" goes ahead of queued requests (FIM as you type)
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: float = Field(0.8, ge=0.0, le=2.0)
@@ -174,6 +176,7 @@ class ChatCompletionBody(_SamplingWire):
             tools=tools,
             tool_choice=tool_choice,
             keep_alive=keep_alive_seconds(self.keep_alive),
+            priority=self.priority or "normal",
         )
 
 
@@ -202,7 +205,19 @@ class CompletionBody(_SamplingWire):
         keep_alive = keep_alive_seconds(self.keep_alive)
         if self.suffix:
             return [
-                InfillRequest(model=self.model, prefix=p, suffix=self.suffix, options=options, keep_alive=keep_alive)
+                InfillRequest(
+                    model=self.model,
+                    prefix=p,
+                    suffix=self.suffix,
+                    options=options,
+                    keep_alive=keep_alive,
+                    priority=self.priority or "high",
+                )
                 for p in prompts
             ]
-        return [CompletionRequest(model=self.model, prompt=p, options=options, keep_alive=keep_alive) for p in prompts]
+        return [
+            CompletionRequest(
+                model=self.model, prompt=p, options=options, keep_alive=keep_alive, priority=self.priority or "normal"
+            )
+            for p in prompts
+        ]
