@@ -4,6 +4,7 @@ the official ollama client and httpx. The scheduler's rules one by one, with fak
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -169,3 +170,31 @@ def test_models_load_then_localinfer_ps_lists_it_and_localinfer_stop_unloads_it(
 def test_localinfer_ps_without_a_server_says_how_to_start_one(tmp_path: Path) -> None:
     answer = cli("ps", "--url", "http://127.0.0.1:9")
     assert answer.returncode != 0 and "cannot reach localinfer" in answer.stderr and "Traceback" not in answer.stderr
+
+
+def test_localinfer_run_answers_through_a_running_server_sharing_its_models(roomy: Server, gemma3: Manifest) -> None:
+    httpx.post(f"{roomy.url}/models/unload", json={"model": gemma3.name}, timeout=30)
+    prompt = "The capital of France is"
+    answer = cli("run", gemma3.name, prompt, "--max-tokens", "8", "--temperature", "0", "--url", roomy.url)
+    assert answer.returncode == 0, answer.stderr
+    assert gemma3.name in running(roomy)  # the server loaded it: the answer came from there
+    body = {"model": gemma3.name, "messages": [{"role": "user", "content": prompt}], "max_tokens": 8, "temperature": 0}
+    chat = httpx.post(f"{roomy.url}/v1/chat/completions", json=body, timeout=120).json()
+    assert answer.stdout.strip() == chat["choices"][0]["message"]["content"].strip()
+
+
+def test_localinfer_run_without_a_server_answers_in_process_with_piped_input(
+    smollm2: Manifest, test_home: Path
+) -> None:
+    command = [sys.executable, "-m", "localinfer.app.cli", "run", smollm2.name, "Repeat this word:"]
+    answer = subprocess.run(
+        [*command, "--max-tokens", "8", "--url", "http://127.0.0.1:9", "--temperature", "0"],
+        input="lighthouse",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "LOCALINFER_HOME": str(test_home), "LOCALINFER_DISCOVER": "false"},
+    )
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout.strip() and "Traceback" not in answer.stderr

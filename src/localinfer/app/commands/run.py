@@ -1,0 +1,96 @@
+"""``localinfer run MODEL [PROMPT]``: one answer on stdout, as ``ollama run MODEL PROMPT``.
+
+Piped standard input joins the prompt (``git diff | localinfer run smollm2 "Write a commit message"``). The
+answer comes from a running ``localinfer serve`` when one answers at ``--url`` (sharing its loaded models), else
+from the engine in this process (the model is loaded for this answer and unloaded after it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+from typing import Any
+
+import httpx
+
+from localinfer.app.commands.ps import add_server_arguments, server_client
+from localinfer.client.base import InferenceClient
+from localinfer.config import Settings
+from localinfer.errors import ConfigError
+from localinfer.types import ChatMessage, ChatRequest, GenerationOptions
+
+
+def add_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "run",
+        help="answer one prompt on stdout",
+        description="Answer PROMPT (with piped standard input joined to it) with MODEL, printed as it comes. A "
+        "running 'localinfer serve' answers when one is up; else the model is loaded in this process.",
+    )
+    p.add_argument("model", metavar="MODEL", help="a model name (localinfer ls)")
+    p.add_argument("prompt", nargs="*", metavar="PROMPT", help="the prompt (words are joined with spaces)")
+    p.add_argument("--max-tokens", type=int, default=None, help="most tokens in the answer (default: no limit)")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.8)")
+    add_server_arguments(p)
+    p.set_defaults(run=run)
+
+
+def prompt_of(words: list[str], stdin: str | None) -> str:
+    """The prompt: the words, then piped input after a blank line (as ``ollama run``)."""
+    parts = [" ".join(words).strip(), (stdin or "").strip()]
+    return "\n\n".join(part for part in parts if part)
+
+
+def _server_is_up(url: str) -> bool:
+    try:
+        return httpx.get(f"{url.rstrip('/')}/health", timeout=1.0).status_code in (200, 503)
+    except httpx.HTTPError:
+        return False
+
+
+async def _answer(client: InferenceClient, request: ChatRequest) -> None:
+    try:
+        async for chunk in client.chat(request):
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+    finally:
+        await client.close()
+
+
+def _in_process(settings: Settings) -> InferenceClient:
+    from localinfer.client.local import LocalClient  # the engine only when no server answers
+    from localinfer.engine.engine import Engine
+    from localinfer.hardware.detect import detect
+    from localinfer.models.library import ModelLibrary
+
+    library = ModelLibrary.from_settings(settings)
+    return LocalClient(Engine(settings, library, hardware=detect()), library, settings)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    stdin = sys.stdin.read() if not sys.stdin.isatty() else None
+    prompt = prompt_of(args.prompt, stdin)
+    if not prompt:
+        raise ConfigError(
+            "nothing to answer: give a prompt", hint=f'localinfer run {args.model} "Why is the sky blue?"'
+        )
+    options = GenerationOptions(max_tokens=args.max_tokens)
+    if args.temperature is not None:
+        options = dataclasses.replace(
+            options, sampling=dataclasses.replace(options.sampling, temperature=args.temperature)
+        )
+    request = ChatRequest(args.model, (ChatMessage("user", prompt),), options)
+    asyncio.run(_run(args, settings, request))
+    return 0
+
+
+async def _run(args: argparse.Namespace, settings: Settings, request: ChatRequest) -> None:
+    remote = server_client(args, settings)
+    if _server_is_up(remote.where):
+        await _answer(remote, request)
+        return
+    await remote.close()
+    await _answer(_in_process(settings), request)
