@@ -41,7 +41,7 @@ def table_names(screen: ModelsScreen) -> list[str]:
     return [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
 
 
-async def test_switching_model_loads_the_new_one_and_unloads_the_old(
+async def test_switching_model_loads_the_new_one_and_keeps_the_old_while_both_fit(
     with_smollm2: Settings, make_app: AppFactory, gemma3: Manifest, conversations: ConversationStore
 ) -> None:
     register(with_smollm2, gemma3, "gemma3")
@@ -57,7 +57,8 @@ async def test_switching_model_loads_the_new_one_and_unloads_the_old(
         await wait_for(lambda: table_names(models) == ["smollm2", "gemma3"], what="the model list")
         await pilot.press("down", "enter")
         assert app.screen is chat and isinstance(chat, ChatScreen)
-        await wait_for(lambda: _is(loaded_models(app), ["gemma3"]), what="the switch to gemma3")
+        # both fit: the first stays loaded beside the second (the scheduler unloads it only for room or keep-alive)
+        await wait_for(lambda: _is(loaded_models(app), ["smollm2", "gemma3"]), what="the switch to gemma3")
         assert chat.conversation is not None
         assert app.store.get(chat.conversation.id).model == "gemma3"
         await pilot.press(*"The capital of France is", "enter")
@@ -147,4 +148,24 @@ async def test_with_no_model_the_app_leads_to_the_starter_model_offline(
         await pilot.press(*"Hi!", "enter")
         await wait_for(lambda: len(chat.query(MessageView)) == 2)
         await wait_for(lambda: not chat.generating)
+        assert list(chat.query(MessageView))[-1].content.strip()
+
+
+async def test_with_one_model_from_a_path_and_no_starter_the_app_opens_the_chat_on_it(
+    tui_settings: Settings, smollm2: Manifest, make_app: AppFactory, conversations: ConversationStore
+) -> None:
+    """Tried as a new user would: the starter is absent and one model was registered from a path; a question
+    typed at start goes to that model, not into the models screen's pull field."""
+    register(tui_settings, smollm2, "my-model")
+    conversations.create(settings=ConversationSettings(max_tokens=16))  # no model yet
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(lambda: isinstance(app.screen, ChatScreen) and app.screen.model == "my-model")
+        await pilot.pause()
+        assert not isinstance(app.screen, ModelsScreen)
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        await pilot.press(*"Hi!", "enter")
+        await wait_for(lambda: len(chat.query(MessageView)) == 2)
+        await wait_for(lambda: not chat.generating, timeout=120)
         assert list(chat.query(MessageView))[-1].content.strip()

@@ -66,17 +66,32 @@ class LocalInferApp(App[None]):
         await self._lead_to_a_model()
 
     async def _lead_to_a_model(self) -> None:
-        """With no model here (or the default one missing), open the models screen, which offers the starter."""
+        """With the conversation's model missing, chat with the last used model still here, or the only one; with
+        none, open the models screen, which offers the starter."""
         try:
             names = {m.name for m in await self.client.models()}
         except LocalInferError as exc:
             self.notify(f"{exc.message}. {exc.hint}".strip(), title="cannot list the models", severity="error")
             return
         chat = self.chat_screen
-        if chat.model is None or chat.model not in names:
+        if chat.model is not None and chat.model in names:
+            return
+        fallback = self._last_used_model(names)
+        if fallback is not None:  # a model is here: chat with it rather than open the pull field
             if chat.model is not None:
-                self.notify(f"{chat.model} is not here: pick or pull a model", severity="warning")
-            await self.push_screen(ModelsScreen())
+                self.notify(f"{chat.model} is not here: chatting with {fallback}", severity="warning")
+            await self.chat_with(fallback)
+            return
+        if chat.model is not None:
+            self.notify(f"{chat.model} is not here: pick or pull a model", severity="warning")
+        await self.push_screen(ModelsScreen())
+
+    def _last_used_model(self, names: set[str]) -> str | None:
+        """The model of the latest conversation that is still here, else the only model here, else None."""
+        for conversation in self.store.list_conversations():
+            if conversation.model in names:
+                return conversation.model
+        return next(iter(names)) if len(names) == 1 else None
 
     @property
     def chat_screen(self) -> ChatScreen:
