@@ -39,7 +39,8 @@ class Server:
 def start_server(
     model: str, home: Path, log_dir: Path, *extra: str, timeout: float = 60.0, env: Mapping[str, str] | None = None
 ) -> Server:
-    """Start ``localinfer serve MODEL`` with ``home`` (and ``env`` added) and wait until /health answers 200."""
+    """Start ``localinfer serve MODEL`` (no MODEL when ``model`` is empty) with ``home`` (and ``env`` added) and
+    wait until /health answers 200."""
     port = free_port()
     log = log_dir / f"server-{port}.log"
     env = {
@@ -50,7 +51,16 @@ def start_server(
     }
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "localinfer.app.cli", "serve", model, "--port", str(port), *extra],
+            [
+                sys.executable,
+                "-m",
+                "localinfer.app.cli",
+                "serve",
+                *([model] if model else []),
+                "--port",
+                str(port),
+                *extra,
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

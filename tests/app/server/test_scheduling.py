@@ -198,3 +198,16 @@ def test_localinfer_run_without_a_server_answers_in_process_with_piped_input(
     )
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout.strip() and "Traceback" not in answer.stderr
+
+
+def test_serve_with_no_model_starts_empty_and_loads_each_model_on_its_first_request(
+    smollm2: Manifest, gemma3: Manifest, test_home: Path, tmp_path: Path
+) -> None:
+    with serving("", test_home, tmp_path, *CTX, env={"LOCALINFER_MODEL": smollm2.name}) as server:
+        assert running(server) == {}  # healthy with nothing loaded
+        assert "models load on their first request" in server.output()
+        named = ask(server, gemma3.name, "Hello")
+        assert named and set(running(server)) == {gemma3.name}
+        unnamed = httpx.post(f"{server.url}/v1/completions", json={"prompt": "Hi", "max_tokens": 4}, timeout=120)
+        assert unnamed.status_code == 200 and unnamed.json()["model"] == smollm2.name  # the model setting's
+        assert set(running(server)) == {gemma3.name, smollm2.name}

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 from pydantic import SecretStr
 
 from localinfer.app.commands.pull import ProgressLine, machine_fits
@@ -19,8 +20,9 @@ from localinfer.client.local import LocalClient
 from localinfer.config import Settings
 from localinfer.engine.backends import check_files
 from localinfer.engine.engine import Engine
-from localinfer.errors import ConfigError
+from localinfer.errors import ConfigError, LocalInferError
 from localinfer.hardware.detect import detect
+from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.library import ModelLibrary, ServedModels
 from localinfer.models.pull import ensure_model
 from localinfer.models.store import validate_name
@@ -34,7 +36,8 @@ def add_parser(subparsers: Any) -> None:
         "model",
         nargs="?",
         help="a model name (localinfer ls), a .gguf path, an ONNX (onnxruntime-genai) model folder, or a Hub "
-        "reference or catalog name to pull first (default: the starter model)",
+        "reference or catalog name to pull first, loaded at start (default: none loaded, each model loads on its "
+        "first request; with no model here at all, the starter model is pulled and served)",
     )
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (default 8080)")
@@ -152,6 +155,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
     library = ModelLibrary.from_settings(settings)
     hardware = detect()
+    if args.model is None and not args.alias and library.list():
+        return _serve_on_demand(settings, library, hardware, api_key)
     progress = ProgressLine(sys.stderr)
     try:
         manifest = ensure_model(library, settings.model, settings, progress=progress, fits=machine_fits(hardware))
@@ -172,6 +177,31 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     )
     app = create_app(engine, preload=manifest, pins=pins, client=client, access=access, max_body=settings.max_body)
     print(f"localinfer: serving {manifest.name} on {url}/v1", flush=True)
+    _run_server(app, settings, client)
+    return 0
+
+
+def _serve_on_demand(settings: Settings, library: ModelLibrary, hardware: HardwareProfile, api_key: str | None) -> int:
+    """``serve`` with no model named: nothing loaded at start (but ``--pin``s); each model loads on its first
+    request. A request naming no model goes to the ``model`` setting's model when it is here."""
+    models = ServedModels(library)
+    pins = [models.resolve(name) for name in settings.pin]
+    engine = Engine(settings, models, hardware=hardware)
+    url = f"http://{settings.host}:{settings.port}"
+    client = LocalClient(engine, library, settings, serving=url)
+    access = policy_for(
+        settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins, api_key=api_key
+    )
+    try:
+        default: str | None = models.resolve(settings.model).name
+    except LocalInferError:
+        default = None
+    app = create_app(engine, pins=pins, default_model=default, client=client, access=access, max_body=settings.max_body)
+    print(f"localinfer: serving on {url}/v1; models load on their first request", flush=True)
+    _run_server(app, settings, client)
+    return 0
+
+
+def _run_server(app: FastAPI, settings: Settings, client: LocalClient) -> None:
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
     GracefulServer(config, grace=settings.shutdown_timeout, end_requests=client.shutdown).run()
-    return 0

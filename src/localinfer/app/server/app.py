@@ -45,6 +45,7 @@ def create_app(
     api_key: str | None = None,
     preload: Manifest | None = None,
     pins: Sequence[Manifest] = (),
+    default_model: str | None = None,
     client: LocalClient | None = None,
     access: AccessPolicy | None = None,
     max_body: int = Settings.model_fields["max_body"].default,
@@ -73,7 +74,8 @@ def create_app(
     app = FastAPI(title="localinfer", version=__version__, lifespan=lifespan)
     app.state.engine = engine
     app.state.client = client
-    app.state.default_model = preload.name if preload is not None else None  # for requests that name no model
+    # for requests that name no model: the model given, else the one loaded at start
+    app.state.default_model = default_model or (preload.name if preload is not None else None)
     app.include_router(openai_router)
     app.include_router(ollama_router)
     app.include_router(llamacpp_infill_router)
