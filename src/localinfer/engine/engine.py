@@ -22,9 +22,12 @@ from localinfer.backends.base import (
     EmbeddingResult,
     LoadSpec,
     ModelFacts,
+    RerankResult,
     SlotInfo,
     SlotUsage,
     TokenPiece,
+    not_a_reranker,
+    reranker_refusal,
 )
 from localinfer.config import Settings
 from localinfer.engine.backends import (
@@ -311,10 +314,29 @@ class Engine:
         """One vector per input (a text, or token ids), in order, from ``model`` pooled as its metadata says (mean
         for a generative model), L2-normalised when ``normalize``; an input past the context is cut to it when
         ``truncate``. Raises InvalidRequest (an empty input, an id outside the vocabulary, a backend that cannot
-        embed), ContextLengthExceeded, and what loading ``model`` raises."""
-        return await self._with_runner(
-            model, lambda r: r.backend.embed(inputs, normalize=normalize, truncate=truncate), keep_alive=keep_alive
-        )
+        embed, a reranker), ContextLengthExceeded, and what loading ``model`` raises."""
+
+        async def embed(runner: Runner) -> EmbeddingResult:
+            if runner.backend.facts.reranker:
+                raise reranker_refusal(f"model '{runner.name}'", "embed texts")
+            return await runner.backend.embed(inputs, normalize=normalize, truncate=truncate)
+
+        return await self._with_runner(model, embed, keep_alive=keep_alive)
+
+    async def rerank(
+        self, model: str, query: str, documents: Sequence[str], *, keep_alive: float | None = None
+    ) -> RerankResult:
+        """Each document's relevance score for ``query``, in the documents' order, from ``model``, a reranker (its
+        metadata states rank pooling), each pair laid out and scored alone as llama-server scores it. Raises
+        InvalidRequest (a model that is no reranker, a pair with no tokens), ContextLengthExceeded, and what
+        loading ``model`` raises."""
+
+        async def rerank(runner: Runner) -> RerankResult:
+            if not runner.backend.facts.reranker:
+                raise not_a_reranker(f"model '{runner.name}'")
+            return await runner.backend.rerank(query, documents)
+
+        return await self._with_runner(model, rerank, keep_alive=keep_alive)
 
     def models(self) -> list[ModelInfo]:
         """Every model the engine can serve, with whether each is loaded: loaded ones first, then by name."""
@@ -442,7 +464,9 @@ class Engine:
 
     def _generate(self, runner: Runner, generation: GenerationRequest, started: float) -> TokenStream:
         """``runner``'s stream for ``generation``, ended by ``shutdown`` and counted in ``metrics`` (``started``:
-        when the request reached the engine, ``time.perf_counter()``)."""
+        when the request reached the engine, ``time.perf_counter()``). Raises InvalidRequest for a reranker."""
+        if runner.backend.facts.reranker:
+            raise reranker_refusal(f"model '{runner.name}'", "generate text")
         chunks = self._in_flight.stream(runner.backend.generate(generation))
         return self.metrics.observe(runner.manifest.name, chunks, started=started)
 

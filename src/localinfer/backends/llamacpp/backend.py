@@ -15,6 +15,7 @@ from localinfer.backends.base import (
     EmbeddingResult,
     LoadSpec,
     ModelFacts,
+    RerankResult,
     SlotInfo,
     SlotUsage,
     TokenPiece,
@@ -26,6 +27,7 @@ from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.embedder import Embedder, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.backends.llamacpp.rerank import rerank_prompts
 from localinfer.backends.llamacpp.sampling import build_sampler
 from localinfer.backends.llamacpp.step_loop import StepLoop
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
@@ -146,6 +148,27 @@ class LlamaCppBackend(Backend):
                 embedder = self._embedder_for(model)
                 vectors.append(await asyncio.to_thread(embedder.embed, prompt, normalize=normalize))
         return EmbeddingResult(vectors=tuple(vectors), n_tokens=tuple(len(p) for p in prompts))
+
+    async def rerank(self, query: str, documents: Sequence[str]) -> RerankResult:
+        model, _ = self._loaded()
+        for document in documents:  # a pair too long whatever it says is refused without tokenizing megabytes
+            fewest = -(-(len(query) + len(document)) // self._longest_token)
+            if fewest > model.n_ctx:
+                raise ContextLengthExceeded(n_prompt=fewest, n_ctx=model.n_ctx, at_least=True, param="documents")
+        prompts = await asyncio.to_thread(rerank_prompts, model, query, documents)
+        for index, prompt in enumerate(prompts):
+            if not prompt:
+                raise InvalidRequest(
+                    f"documents[{index}]: the query and the document are both empty", param="documents"
+                )
+            if len(prompt) > model.n_ctx:
+                raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx, param="documents")
+        scores: list[float] = []
+        for prompt in prompts:
+            async with self._embedding:  # taken per pair, as for embeddings
+                embedder = self._embedder_for(model)
+                scores.append(await asyncio.to_thread(embedder.score, prompt))
+        return RerankResult(scores=tuple(scores), n_tokens=tuple(len(p) for p in prompts))
 
     def _embedder_for(self, model: LlamaModel) -> Embedder:
         """The embedding context (made on first use, in the decode's thread); ModelNotReady once unloaded."""

@@ -3,14 +3,16 @@
 The pooling is the one the GGUF states (``<arch>.pooling_type``, read by llama.cpp); a model that states none (a
 generative model) is pooled by the mean of its tokens' last hidden states, as llama-server's ``--pooling mean``
 does. llama-server refuses such a model on its OpenAI route unless started with ``--pooling``; Ollama embeds with
-any model, and so does localinfer. A reranker (``rank`` pooling) scores pairs, not texts, and is refused.
+any model, and so does localinfer. A reranker (``rank`` pooling) gets a context pooled by rank, whose output for a
+query and document pair (laid out by ``rerank.py``) is the pair's relevance score, read as llama-server reads it
+(the first number of the pooled output): it embeds no texts, and a model of another pooling scores no pairs.
 
 A pooled vector is read once its whole sequence sits in one micro-batch, so the context's batch is as long as its
 context: any input that fits the context is embedded in one decode. Each input gets a decode of its own: llama.cpp
 computes a batch of more tokens by other kernels, whose rounding moves a vector by up to ~3e-3 (measured on
 SmolLM2), so packing inputs together would make a text's vector depend on what else was sent with it. Alone, the
-same text always gets the same vector. Only one thread at a time may use an ``Embedder`` (its lock sees to it); it
-runs beside the step loop's context on the same weights.
+same text always gets the same vector, and a pair the same score. Only one thread at a time may use an ``Embedder``
+(its lock sees to it); it runs beside the step loop's context on the same weights.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import llama_cpp.llama_cpp as lc
 import numpy as np
 
+from localinfer.backends.base import not_a_reranker, reranker_refusal
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.errors import GenerationFailed, InvalidRequest, ModelLoadError, ModelNotReady
 
@@ -48,26 +51,20 @@ class Embedder:
         self.n_embd = 0
         self._lock = threading.Lock()  # held while decoding: ``free`` waits for a decode whose requester left
         self._closed = False
+        self.is_reranker = model.stated_pooling() == lc.LLAMA_POOLING_TYPE_RANK  # its context scores pairs
 
     def _open(self) -> lc.llama_context_p:
         """The context, made on first use with the model's pooling (mean where it states none). Raises
-        ModelLoadError when llama.cpp cannot make it, InvalidRequest for a reranker."""
+        ModelLoadError when llama.cpp cannot make it."""
         if self._ctx is not None:
             return self._ctx
-        stated = self._model.meta(f"{self._model.meta('general.architecture')}.pooling_type") is not None
+        stated = self._model.stated_pooling() is not None
         ctx = self._context(lc.LLAMA_POOLING_TYPE_UNSPECIFIED if stated else lc.LLAMA_POOLING_TYPE_MEAN)
         pooling = int(lc.llama_pooling_type(ctx))
         if pooling == lc.LLAMA_POOLING_TYPE_NONE:  # stated as none: llama.cpp would give per-token vectors
             lc.llama_free(ctx)
             ctx = self._context(lc.LLAMA_POOLING_TYPE_MEAN)
             pooling = int(lc.llama_pooling_type(ctx))
-        if pooling == lc.LLAMA_POOLING_TYPE_RANK:
-            lc.llama_free(ctx)
-            raise InvalidRequest(
-                "this model is a reranker (its GGUF states rank pooling): it scores query and document pairs and "
-                "does not embed texts",
-                param="model",
-            )
         self.pooling = POOLING_NAMES.get(pooling, str(pooling))
         assert self._model.model is not None
         self.n_embd = int(lc.llama_model_n_embd(self._model.model))
@@ -100,13 +97,32 @@ class Embedder:
 
     def embed(self, prompt: Sequence[int], *, normalize: bool) -> tuple[float, ...]:
         """``prompt``'s vector; it holds 1 to ``n_ctx`` valid token ids. Raises GenerationFailed when llama.cpp
-        fails, ModelNotReady once freed."""
+        fails, ModelNotReady once freed, InvalidRequest for a reranker."""
+        if self.is_reranker:
+            raise reranker_refusal("this model", "embed texts")
         with self._lock:
             if self._closed:
                 raise ModelNotReady("the model was unloaded")
-            return self._embed(self._open(), prompt, normalize=normalize)
+            pooled = self._pooled(self._open(), prompt)
+            vector = np.ctypeslib.as_array(pooled, shape=(self.n_embd,)).astype(np.float64)
+        if normalize:
+            vector = vector / max(float(np.sqrt(np.dot(vector, vector))), 1e-12)
+        return tuple(vector.astype(np.float32).tolist())
 
-    def _embed(self, ctx: lc.llama_context_p, prompt: Sequence[int], *, normalize: bool) -> tuple[float, ...]:
+    def score(self, prompt: Sequence[int]) -> float:
+        """The relevance score of a query and document pair laid out as ``prompt`` (1 to ``n_ctx`` valid token
+        ids): the first number of the rank-pooled output, as llama-server reads it. Raises GenerationFailed when
+        llama.cpp fails, ModelNotReady once freed, InvalidRequest for a model that is no reranker."""
+        if not self.is_reranker:
+            raise not_a_reranker("this model")
+        with self._lock:
+            if self._closed:
+                raise ModelNotReady("the model was unloaded")
+            return float(self._pooled(self._open(), prompt)[0])
+
+    def _pooled(self, ctx: lc.llama_context_p, prompt: Sequence[int]) -> Any:
+        """Decode ``prompt`` alone; llama.cpp's pooled output for it (a float pointer, valid until the next
+        decode: read it under the lock)."""
         batch = self._batch
         assert 0 < len(prompt) <= self._model.n_ctx
         lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
@@ -119,14 +135,11 @@ class Embedder:
         batch.n_tokens = len(prompt)
         status = lc.llama_decode(ctx, batch)
         if status != 0:
-            raise GenerationFailed(f"llama.cpp could not embed the input (llama_decode returned {status})")
+            raise GenerationFailed(f"llama.cpp could not decode the input (llama_decode returned {status})")
         pointer = lc.llama_get_embeddings_seq(ctx, 0)
         if not pointer:
-            raise GenerationFailed("llama.cpp gave no pooled vector for the input")
-        vector = np.ctypeslib.as_array(pointer, shape=(self.n_embd,)).astype(np.float64)
-        if normalize:
-            vector = vector / max(float(np.sqrt(np.dot(vector, vector))), 1e-12)
-        return tuple(vector.astype(np.float32).tolist())
+            raise GenerationFailed("llama.cpp gave no pooled output for the input")
+        return pointer
 
     def free(self) -> None:
         """Free the context, once a decode under way has ended; later calls to ``embed`` raise ModelNotReady."""

@@ -187,6 +187,12 @@ class LlamaModel:
     def meta(self, key: str) -> str | None:
         return _meta(self.model, key) if self.model is not None else None
 
+    def stated_pooling(self) -> int | None:
+        """The pooling the GGUF states (``<arch>.pooling_type``, llama.cpp's LLAMA_POOLING_TYPE_*), None when it
+        states none (a generative model)."""
+        stated = self.meta(f"{self.meta('general.architecture')}.pooling_type")
+        return int(stated) if stated is not None and stated.lstrip("-").isdigit() else None
+
     def facts(self) -> ModelFacts:
         template = lc.llama_model_chat_template(self.model, None)
         bos = lc.llama_vocab_bos(self.vocab)
@@ -209,6 +215,7 @@ class LlamaModel:
             fim=self.fim_tokens(),
             bos_id=int(bos),
             n_batch=self.n_batch,
+            reranker=self.stated_pooling() == lc.LLAMA_POOLING_TYPE_RANK,
         )
 
     def fim_tokens(self) -> FimTokens:

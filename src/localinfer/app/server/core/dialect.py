@@ -29,6 +29,10 @@ LLAMACPP_PATHS: Final = frozenset(
         "/metrics",
         "/models/load",
         "/models/unload",
+        "/rerank",
+        "/reranking",
+        "/v1/rerank",  # llama-server's, under /v1/ too: not OpenAI's (OpenAI has no reranking)
+        "/v1/reranking",
     }
 )
 

@@ -1,6 +1,6 @@
 """llama.cpp's native generation routes, as llama-server answers them: /completion (and /completions), /tokenize,
-/detokenize. A request that names no model goes to the default one (``core/model_name.py``); errors come back in
-llama-server's shape (``core/dialect.py`` routes these paths to it)."""
+/detokenize; its reranking in ``rerank.py``. A request that names no model goes to the default one
+(``core/model_name.py``); errors come back in llama-server's shape (``core/dialect.py`` routes these paths to it)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.llamacpp.info import router as info_router
+from localinfer.app.server.llamacpp.rerank import router as rerank_router
 from localinfer.app.server.llamacpp.responses import Served, final_body, sse_stream
 from localinfer.app.server.llamacpp.wire import CompletionBody, DetokenizeBody, Prompt, TokenizeBody
 from localinfer.engine.engine import Engine
@@ -22,6 +23,7 @@ from localinfer.types import CompletionRequest
 
 router = APIRouter(route_class=FastJSONRoute)
 router.include_router(info_router)
+router.include_router(rerank_router)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
