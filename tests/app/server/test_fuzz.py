@@ -76,6 +76,8 @@ def assert_well_formed(path: str, response: httpx.Response | Any) -> None:
             assert isinstance(error, str) and error
         elif dialect is Dialect.LLAMACPP:
             assert {"code", "message", "type"} <= set(error) and error["code"] == status, error
+        elif dialect is Dialect.ANTHROPIC:
+            assert response.json()["type"] == "error" and set(error) == {"type", "message"}, error
         else:
             assert set(error) == {"message", "type", "param", "code"}, error
 

@@ -41,7 +41,9 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (default 8080)")
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but /health")
+    p.add_argument(
+        "--api-key", help="require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health"
+    )
     p.add_argument(
         "--allow-host",
         action="append",

@@ -1,8 +1,8 @@
 """The FastAPI app factory: dialect routers, /health, and the error handlers that use the one error table.
 
 Errors come back in the shape of the dialect the route speaks (``core/dialect.py``): Ollama's (``/api/*``),
-``{"error": "..."}``; llama.cpp's native routes', ``{"error": {"code", "message", "type"}}``; everywhere else
-OpenAI's.
+``{"error": "..."}``; llama.cpp's native routes', ``{"error": {"code", "message", "type"}}``; Anthropic's
+(``/v1/messages``), ``{"type": "error", "error": {"type", "message"}}``; everywhere else OpenAI's.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localinfer import __version__
+from localinfer.app.server.anthropic.routes import router as anthropic_router
 from localinfer.app.server.core.dialect import dialect_for
 from localinfer.app.server.disconnect import ClientDisconnected, client_disconnected_response
 from localinfer.app.server.errors import error_body_for, error_for, headers_for
@@ -85,6 +86,7 @@ def create_app(
     app.include_router(ollama_show_router)
     app.include_router(openai_embeddings_router)
     app.include_router(ollama_embed_router)
+    app.include_router(anthropic_router)
     app.add_middleware(EngineRelay, relay_for=engine.relay)  # models vLLM serves: their OpenAI routes as they are
     app.add_middleware(BodyLimits, max_bytes=max_body)  # after the key check, before the relay buffers a body
     policy = access or AccessPolicy()

@@ -1,5 +1,8 @@
-"""The bearer-key check. The access guard (``guard.py``) applies it to every route but /health, before any body
-is read."""
+"""The API key check. The access guard (``guard.py``) applies it to every route but /health, before any body
+is read.
+
+The key comes as ``Authorization: Bearer <key>`` (OpenAI's and Ollama's clients) or as ``x-api-key: <key>``
+(Anthropic's clients: Claude Code, the anthropic SDKs), as llama-server takes it."""
 
 from __future__ import annotations
 
@@ -8,10 +11,17 @@ import secrets
 from localinfer.errors import Unauthorized
 
 
-def key_accepted(authorization: str | None, expected: str) -> bool:
-    """Whether an ``Authorization`` header value carries ``Bearer <expected>`` (compared in constant time)."""
+def _same(given: str, expected: str) -> bool:
+    return secrets.compare_digest(given.strip().encode(), expected.encode())
+
+
+def key_accepted(authorization: str | None, expected: str, *, x_api_key: str | None = None) -> bool:
+    """Whether an ``Authorization`` header value carries ``Bearer <expected>``, or an ``x-api-key`` header value is
+    ``expected`` (compared in constant time)."""
     scheme, _, given = (authorization or "").partition(" ")
-    return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), expected.encode())
+    if scheme.lower() == "bearer" and _same(given, expected):
+        return True
+    return x_api_key is not None and _same(x_api_key, expected)
 
 
 def unauthorized() -> Unauthorized:

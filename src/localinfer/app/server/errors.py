@@ -1,7 +1,8 @@
-"""The one table that maps localinfer errors to HTTP statuses, and the OpenAI, Ollama and llama.cpp error shapes.
+"""The one table that maps localinfer errors to HTTP statuses, and the OpenAI, Ollama, llama.cpp and Anthropic
+error shapes.
 
-Other dialects (Ollama, llama.cpp) reuse ``status_for`` and only change the body's shape; ``error_for`` and
-``error_body_for`` pick the shape by dialect (``core/dialect.py`` says which a route speaks).
+Other dialects (Ollama, llama.cpp, Anthropic) reuse ``status_for`` and only change the body's shape; ``error_for``
+and ``error_body_for`` pick the shape by dialect (``core/dialect.py`` says which a route speaks).
 """
 
 from __future__ import annotations
@@ -129,12 +130,43 @@ def llamacpp_error(exc: LocalInferError) -> tuple[int, dict[str, Any]]:
     return status, llamacpp_error_body(user_message(exc), status)
 
 
+# Anthropic's error types by status (its API's "Errors" page); a full queue or a model still loading is
+# "overloaded_error" (Anthropic answers it with 529; here the status stays 503, with its Retry-After).
+ANTHROPIC_TYPES: dict[int, str] = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_body(message: str, status: int) -> dict[str, Any]:
+    """Anthropic's error shape: ``{"type": "error", "error": {"type": ..., "message": ...}}``, the type from the
+    status (``invalid_request_error`` below 500, ``api_error`` from 500)."""
+    kind = ANTHROPIC_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def anthropic_error(exc: LocalInferError) -> tuple[int, dict[str, Any]]:
+    """The status and Anthropic-shaped body for ``exc``; the field at fault, when known, starts the message."""
+    status = status_for(exc)
+    message = user_message(exc)
+    if isinstance(exc, InvalidRequest) and exc.param and not message.startswith(f"{exc.param}:"):
+        message = f"{exc.param}: {message}"
+    return status, anthropic_error_body(message, status)
+
+
 def error_for(dialect: Dialect, exc: LocalInferError) -> tuple[int, dict[str, Any]]:
     """The status and body for ``exc`` in ``dialect``'s shape."""
     if dialect is Dialect.OLLAMA:
         return ollama_error(exc)
     if dialect is Dialect.LLAMACPP:
         return llamacpp_error(exc)
+    if dialect is Dialect.ANTHROPIC:
+        return anthropic_error(exc)
     return openai_error(exc)
 
 
@@ -147,5 +179,7 @@ def error_body_for(
         return ollama_error_body(message)
     if dialect is Dialect.LLAMACPP:
         return llamacpp_error_body(message, status)
+    if dialect is Dialect.ANTHROPIC:
+        return anthropic_error_body(message, status)
     kind = "invalid_request_error" if status < 500 else "server_error"
     return openai_error_body(message, kind, param=param, code=code)

@@ -9,10 +9,11 @@ any port), ``app://``, ``file://``, ``tauri://`` and ``vscode-webview://`` are a
 with ``--cors-origin`` (``*`` matches anything). Preflights from those are answered; other origins get no CORS
 header, and their requests that change state (POST, PUT, PATCH, DELETE) are refused whatever their content
 type, since browsers send a ``text/plain`` POST without asking first. With an API key, every route but /health
-needs it (the docs and ``/openapi.json`` too); preflights do not, as browsers send them without credentials.
+needs it (the docs and ``/openapi.json`` too), as a bearer token or an ``x-api-key`` header (``auth.py``);
+preflights do not, as browsers send them without credentials.
 
-Refusals are 403 (401 for the key) in the route's dialect: ``{"error": "..."}`` on ``/api/*``, OpenAI's shape
-elsewhere.
+Refusals are 403 (401 for the key) in the route's dialect (``core/dialect.py``): ``{"error": "..."}`` on
+``/api/*``, Anthropic's shape on ``/v1/messages``, OpenAI's elsewhere.
 """
 
 from __future__ import annotations
@@ -172,7 +173,11 @@ class AccessGuard:
             await _refuse(refusal, path)(scope, receive, send)
             return
         key = self.policy.api_key
-        if key is not None and path not in OPEN_PATHS and not key_accepted(headers.get("authorization"), key):
+        if (
+            key is not None
+            and path not in OPEN_PATHS
+            and not key_accepted(headers.get("authorization"), key, x_api_key=headers.get("x-api-key"))
+        ):
             response = _refuse(unauthorized(), path, {**cors, "WWW-Authenticate": "Bearer"})
             await response(scope, receive, send)
             return

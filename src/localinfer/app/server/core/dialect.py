@@ -1,7 +1,8 @@
 """Which dialect a request speaks, from its path alone: the one place that decides which error shape it gets.
 
 Ollama's routes live under ``/api/``; llama.cpp's native ones (``/completion``, ``/infill``, ``/tokenize``...)
-at the root, as llama-server serves them; everything else (``/v1/...``, unknown paths) speaks OpenAI's.
+at the root, as llama-server serves them; Anthropic's Messages API at ``/v1/messages`` (and below it); everything
+else (``/v1/...``, unknown paths) speaks OpenAI's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ class Dialect(Enum):
     OPENAI = "openai"
     OLLAMA = "ollama"
     LLAMACPP = "llamacpp"
+    ANTHROPIC = "anthropic"
 
 
 # llama-server's native routes (tools/server/server.cpp), with and without their trailing 's' where it has both.
@@ -36,6 +38,8 @@ LLAMACPP_PATHS: Final = frozenset(
     }
 )
 
+ANTHROPIC_PREFIX: Final = "/v1/messages"  # /v1/messages and /v1/messages/count_tokens, as llama-server serves them
+
 
 def dialect_for(path: str) -> Dialect:
     """The dialect whose error shape a request to ``path`` is answered in."""
@@ -43,4 +47,6 @@ def dialect_for(path: str) -> Dialect:
         return Dialect.OLLAMA
     if path.rstrip("/") in LLAMACPP_PATHS:
         return Dialect.LLAMACPP
+    if path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/"):
+        return Dialect.ANTHROPIC
     return Dialect.OPENAI
