@@ -8,7 +8,8 @@ first (cold) load, and the median and spread of the loads after an eviction, wit
 Ollama's published behaviour for comparison: a model loads on its first request and stays 5 minutes
 (OLLAMA_KEEP_ALIVE); OLLAMA_MAX_LOADED_MODELS caps how many are loaded; a swap unloads the least recently used.
 
-Usage: .venv/bin/python bench/swap.py --home ~/.cache/localinfer/test-home --models smollm2,gemma3-270m-q4-k-m [--rounds 5]
+Usage: .venv/bin/python bench/swap.py --home ~/.cache/localinfer/test-home \
+       --models smollm2,gemma3-270m-q4-k-m [--rounds 5]
 """
 
 from __future__ import annotations
