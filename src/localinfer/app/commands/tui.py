@@ -50,13 +50,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--cors-origin", action="append", metavar="ORIGIN", help="--serve: another web page origin allowed; repeatable"
     )
+    group.add_argument("--max-loaded", type=int, metavar="N", help="most models loaded at once (default: as fit)")
+    group.add_argument(
+        "--keep-alive", metavar="DURATION", help="how long an idle model stays loaded: 30s, 10m, -1 for good (5m)"
+    )
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.host and args.serve:
         raise ConfigError("--serve needs the engine in this process", hint="drop --host, or serve from that host")
     settings = settings.with_overrides(
-        port=args.port, model=args.model, allow_hosts=args.allow_host, cors_origins=args.cors_origin
+        port=args.port,
+        model=args.model,
+        allow_hosts=args.allow_host,
+        cors_origins=args.cors_origin,
+        max_loaded=getattr(args, "max_loaded", None),
+        keep_alive=getattr(args, "keep_alive", None),
     )
     store = ConversationStore(settings.home / "conversations.sqlite3")
     client: InferenceClient
