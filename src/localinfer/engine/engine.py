@@ -29,21 +29,20 @@ from localinfer.backends.base import (
     not_a_reranker,
     reranker_refusal,
 )
-from localinfer.config import Settings
-from localinfer.engine.backends import (
+from localinfer.backends.registry import (
     DEFAULT_BACKENDS,
     PLANNED_FORMATS,
     RELAYED_FORMATS,
     BackendFactories,
     BackendFactory,
     backend_for,
-    model_profile,
-    trained_context,
 )
+from localinfer.config import Settings
 from localinfer.engine.infill import infill_tokens
 from localinfer.engine.inflight import InFlight
 from localinfer.engine.memory import RAM, MachineMemory, plan_need
 from localinfer.engine.metrics import EngineMetrics
+from localinfer.engine.profiles import model_profile, trained_context
 from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
 from localinfer.engine.templates import ChatTemplate
 from localinfer.engine.tools import read_tool_calls, required_call

@@ -16,9 +16,9 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from localinfer.app.server.app import create_app
+from localinfer.backends.registry import DEFAULT_BACKENDS
 from localinfer.backends.vllm.backend import VllmBackend
 from localinfer.config import Settings
-from localinfer.engine.backends import DEFAULT_BACKENDS
 from localinfer.engine.engine import Engine
 from localinfer.models.store import ModelStore, hf_manifest
 from tests.backends.vllm.conftest import (

@@ -10,7 +10,7 @@ from typing import Any
 
 from localinfer.app.commands.render import row, section
 from localinfer.config import Settings
-from localinfer.engine import backends as engine_backends
+from localinfer.engine import profiles as engine_profiles
 from localinfer.errors import ConfigError
 from localinfer.hardware.detect import detect
 from localinfer.hardware.model_profile import ModelProfile, from_gguf, from_path
@@ -83,7 +83,7 @@ def model_profile(library: ModelLibrary, ref: str) -> ModelProfile:
         return from_path(folder, folder.name)
     manifest = library.resolve(ref)
     if manifest.format == "onnx":
-        return engine_backends.model_profile(manifest)  # by its genai_config.json
+        return engine_profiles.model_profile(manifest)  # by its genai_config.json
     return from_gguf(manifest.name, cached_gguf_info(manifest.path), manifest.size)
 
 

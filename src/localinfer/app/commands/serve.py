@@ -18,8 +18,8 @@ from localinfer.app.server.graceful import GracefulServer
 from localinfer.app.server.guard import policy_for
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
-from localinfer.engine.backends import check_files
 from localinfer.engine.engine import Engine
+from localinfer.engine.profiles import check_files
 from localinfer.errors import ConfigError, LocalInferError
 from localinfer.hardware.detect import detect
 from localinfer.hardware.profile import HardwareProfile

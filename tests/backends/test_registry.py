@@ -10,9 +10,9 @@ import pytest
 
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.onnx.backend import OnnxBackend
+from localinfer.backends.registry import DEFAULT_BACKENDS, backend_for
 from localinfer.backends.vllm.backend import VllmBackend
 from localinfer.config import Settings
-from localinfer.engine.backends import DEFAULT_BACKENDS, backend_for
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelLoadError
 from localinfer.models.store import Manifest, ModelFile, ModelStore, hf_manifest
