@@ -61,13 +61,9 @@ async def _answer(client: InferenceClient, request: ChatRequest) -> None:
 
 
 def _in_process(settings: Settings) -> InferenceClient:
-    from localinfer.client.local import LocalClient  # the engine only when no server answers
-    from localinfer.engine.engine import Engine
-    from localinfer.hardware.detect import detect
-    from localinfer.models.library import ModelLibrary
+    from localinfer.bootstrap import local_stack  # the engine only when no server answers
 
-    library = ModelLibrary.from_settings(settings)
-    return LocalClient(Engine(settings, library, hardware=detect()), library, settings)
+    return local_stack(settings, names_only=False).client
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

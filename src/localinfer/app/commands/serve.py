@@ -16,16 +16,16 @@ from localinfer.app.commands.pull import ProgressLine, machine_fits
 from localinfer.app.server.app import create_app
 from localinfer.app.server.graceful import GracefulServer
 from localinfer.app.server.guard import policy_for
+from localinfer.bootstrap import local_stack
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
-from localinfer.engine.engine import Engine
 from localinfer.engine.profiles import check_files
 from localinfer.errors import ConfigError, LocalInferError
 from localinfer.hardware.detect import detect
 from localinfer.hardware.profile import HardwareProfile
-from localinfer.models.library import ModelLibrary, ServedModels
+from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import ensure_model
-from localinfer.models.store import validate_name
+from localinfer.models.store import Manifest, ModelSource, validate_name
 
 
 def add_parser(subparsers: Any) -> None:
@@ -157,8 +157,43 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
     library = ModelLibrary.from_settings(settings)
     hardware = detect()
-    if args.model is None and not args.alias and library.list():
-        return _serve_on_demand(settings, library, hardware, api_key)
+    url = f"http://{settings.host}:{settings.port}"
+    preload: Manifest | None = None
+    if args.model is None and not args.alias and library.list():  # nothing loaded at start: each model on demand
+        stack = local_stack(settings, library=library, hardware=hardware, serving=url)
+        default = _default_model(stack.models, settings.model)
+        message = f"localinfer: serving on {url}/v1; models load on their first request"
+    else:
+        preload, original = _model_to_serve(args, settings, library, hardware)
+        stack = local_stack(
+            settings, library=library, hardware=hardware, served=preload, original=original, serving=url
+        )
+        stack.engine.check_plan(preload)  # a model this machine cannot run (vLLM's without its GPU) fails here
+        default = preload.name
+        message = f"localinfer: serving {preload.name} on {url}/v1"
+    pins = [stack.models.resolve(name) for name in settings.pin]
+    access = policy_for(
+        settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins, api_key=api_key
+    )
+    app = create_app(
+        stack.engine,
+        preload=preload,
+        pins=pins,
+        default_model=default,
+        client=stack.client,
+        access=access,
+        max_body=settings.max_body,
+    )
+    print(message, flush=True)
+    _run_server(app, settings, stack.client)
+    return 0
+
+
+def _model_to_serve(
+    args: argparse.Namespace, settings: Settings, library: ModelLibrary, hardware: HardwareProfile
+) -> tuple[Manifest, str]:
+    """The model named on the command line (pulled first when it is a reference not here yet, the starter when
+    none is named and none is here), under ``--alias`` when given; and the name it is listed under."""
     progress = ProgressLine(sys.stderr)
     try:
         manifest = ensure_model(library, settings.model, settings, progress=progress, fits=machine_fits(hardware))
@@ -168,40 +203,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     original = manifest.name
     if args.alias:
         manifest = dataclasses.replace(manifest, name=validate_name(args.alias))
-    models = ServedModels(library, manifest, original=original)  # names only from here on: never a path
-    pins = [models.resolve(name) for name in settings.pin]
-    engine = Engine(settings, models, hardware=hardware)
-    engine.check_plan(manifest)  # a model this machine cannot run (vLLM's without its GPU) fails here, in one line
-    url = f"http://{settings.host}:{settings.port}"
-    client = LocalClient(engine, library, settings, serving=url)
-    access = policy_for(
-        settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins, api_key=api_key
-    )
-    app = create_app(engine, preload=manifest, pins=pins, client=client, access=access, max_body=settings.max_body)
-    print(f"localinfer: serving {manifest.name} on {url}/v1", flush=True)
-    _run_server(app, settings, client)
-    return 0
+    return manifest, original
 
 
-def _serve_on_demand(settings: Settings, library: ModelLibrary, hardware: HardwareProfile, api_key: str | None) -> int:
-    """``serve`` with no model named: nothing loaded at start (but ``--pin``s); each model loads on its first
-    request. A request naming no model goes to the ``model`` setting's model when it is here."""
-    models = ServedModels(library)
-    pins = [models.resolve(name) for name in settings.pin]
-    engine = Engine(settings, models, hardware=hardware)
-    url = f"http://{settings.host}:{settings.port}"
-    client = LocalClient(engine, library, settings, serving=url)
-    access = policy_for(
-        settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins, api_key=api_key
-    )
+def _default_model(models: ModelSource, name: str) -> str | None:
+    """The model a request naming none gets: the ``model`` setting's, when it is here."""
     try:
-        default: str | None = models.resolve(settings.model).name
+        return models.resolve(name).name
     except LocalInferError:
-        default = None
-    app = create_app(engine, pins=pins, default_model=default, client=client, access=access, max_body=settings.max_body)
-    print(f"localinfer: serving on {url}/v1; models load on their first request", flush=True)
-    _run_server(app, settings, client)
-    return 0
+        return None
 
 
 def _run_server(app: FastAPI, settings: Settings, client: LocalClient) -> None:

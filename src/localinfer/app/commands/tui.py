@@ -20,16 +20,14 @@ from localinfer.app.server.graceful import GracefulServer
 from localinfer.app.server.guard import policy_for
 from localinfer.app.tui.app import LocalInferApp
 from localinfer.app.tui.conversations import ConversationStore
+from localinfer.bootstrap import local_stack
 from localinfer.client.base import InferenceClient
-from localinfer.client.local import LocalClient
 from localinfer.client.remote import HttpClient
 from localinfer.config import STARTER_MODEL, Settings
-from localinfer.engine.engine import Engine
 from localinfer.errors import ConfigError, LocalInferError, PullError
-from localinfer.hardware.detect import detect
-from localinfer.models.library import ModelLibrary, ServedModels
+from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import ensure_model
-from localinfer.models.store import Manifest, ModelSource
+from localinfer.models.store import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +75,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         library = ModelLibrary.from_settings(settings)
         if settings.model == STARTER_MODEL and not library.list():
             fetch_starter(library, settings)
-        models: ModelSource = library
-        if args.serve:  # the engine is shared with HTTP clients: names only, as 'localinfer serve'
-            served = _named_model(library, args.model)
-            models = ServedModels(library, served)
-            if served is not None:
-                settings, open_model = settings.with_overrides(model=served.name), served.name
-        engine = Engine(settings, models, hardware=detect())
-        local = client = LocalClient(engine, library, settings)
+        served = _named_model(library, args.model) if args.serve else None
+        if served is not None:
+            settings, open_model = settings.with_overrides(model=served.name), served.name
+        # --serve shares the engine with HTTP clients: names only, as 'localinfer serve'
+        stack = local_stack(settings, library=library, names_only=args.serve, served=served)
+        engine, local = stack.engine, stack.client
+        client = local
         if args.serve:
             if not is_loopback(settings.host):
                 raise ConfigError("--serve listens on 127.0.0.1 only", hint="use 'localinfer serve' for other hosts")
