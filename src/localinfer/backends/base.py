@@ -4,16 +4,34 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from localinfer.errors import InvalidRequest
 from localinfer.types import GenerationOptions, GenerationRequest, TokenStream
 
-if TYPE_CHECKING:
-    from localinfer.backends.vllm.proxy import EngineProxy
+
+class RelayedAnswer(Protocol):
+    """An engine process's answer as it came: consume ``body`` to the end, or ``aclose`` it."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> list[tuple[str, str]]: ...
+    @property
+    def body(self) -> AsyncIterator[bytes]: ...
+    async def aclose(self) -> None: ...
+
+
+class Relay(Protocol):
+    """What a backend running its model in an engine process with its own OpenAI server offers the server: one
+    request forwarded as it is (the engine's own fields all work), its answer streamed back as sent."""
+
+    async def forward(
+        self, method: str, path: str, headers: Iterable[tuple[str, str]], body: bytes, query: str = ""
+    ) -> RelayedAnswer: ...
 
 
 @dataclass(frozen=True)
@@ -201,7 +219,7 @@ class Backend(ABC):
         return []
 
     @property
-    def relay(self) -> EngineProxy | None:
+    def relay(self) -> Relay | None:
         """For a backend that runs its model in an engine process with its own OpenAI server (vLLM): the proxy
         that relays clients' requests to it as they are, while loaded. None for a backend serving in process."""
         return None

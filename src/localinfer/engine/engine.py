@@ -15,13 +15,14 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from localinfer.backends.base import (
     EmbeddingInput,
     EmbeddingResult,
     LoadSpec,
     ModelFacts,
+    Relay,
     RerankResult,
     SlotInfo,
     SlotUsage,
@@ -58,9 +59,6 @@ from localinfer.types import (
     ModelInfo,
     TokenStream,
 )
-
-if TYPE_CHECKING:
-    from localinfer.backends.vllm.proxy import EngineProxy
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +253,7 @@ class Engine:
         runner = self._scheduler.get(model)
         return self._scheduler.unload_when_idle(runner.name if runner else self._models.resolve(model).name)
 
-    async def relay(self, model: str) -> EngineProxy | None:
+    async def relay(self, model: str) -> Relay | None:
         """The proxy to the engine process serving ``model`` when its backend is one (vLLM), whose OpenAI routes a
         server relays as they are; it is loaded first. None for a model served in this process, or a name that
         is not a model (the caller's own routes answer those). Raises ModelLoadError when it fails to load."""

@@ -18,7 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
-from localinfer.backends.vllm.adapter import proxy_route
+from localinfer.app.server.relay import relay_route
 from localinfer.backends.vllm.launcher import EngineProcess, free_port
 from localinfer.backends.vllm.proxy import EngineProxy
 from localinfer.models.store import Manifest
@@ -135,7 +135,7 @@ def serving_proxy(process: EngineProcess) -> Iterator[str]:
         yield
         await app.state.proxy.aclose()
 
-    app = FastAPI(lifespan=lifespan, routes=[proxy_route(lambda request: request.app.state.proxy)])
+    app = FastAPI(lifespan=lifespan, routes=[relay_route(lambda request: request.app.state.proxy)])
     with serving_app(app) as url:
         yield url
 

@@ -11,19 +11,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localinfer.app.server.errors import openai_error
 from localinfer.app.server.limits import parse_json
-from localinfer.backends.vllm.adapter import forward
-from localinfer.backends.vllm.proxy import EngineProxy
+from localinfer.backends.base import Relay
 from localinfer.errors import LocalInferError
 
 RELAYED_PATHS: Final = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"})
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
-RelayFor = Callable[[str], Awaitable[EngineProxy | None]]
+RelayFor = Callable[[str], Awaitable[Relay | None]]
 
 
 class EngineRelay:
@@ -82,3 +84,24 @@ def _model_of(body: bytes) -> str | None:
         return None
     model = data.get("model") if isinstance(data, dict) else None
     return model if isinstance(model, str) else None
+
+
+async def forward(relay: Relay, request: Request) -> Response:
+    """Forward ``request`` (its path as the client sent it) through ``relay``; the answer streams back as sent."""
+    body = await request.body()
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+    raw_path: bytes = request.scope.get("raw_path") or b""  # as sent, percent-escapes kept
+    path = raw_path.decode("latin-1") or request.url.path
+    answer = await relay.forward(request.method, path, headers, body, query=request.url.query)
+    response = StreamingResponse(answer.body, status_code=answer.status, background=BackgroundTask(answer.aclose))
+    response.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
+    return response
+
+
+def relay_route(get_relay: Callable[[Request], Relay], path: str = "/v1/{path:path}") -> Route:
+    """A route forwarding every request under ``path`` to the relay ``get_relay`` returns for it."""
+
+    async def endpoint(request: Request) -> Response:
+        return await forward(get_relay(request), request)
+
+    return Route(path, endpoint, methods=METHODS)
