@@ -40,6 +40,10 @@ class Capabilities:
     grammar: bool = False
     batching: bool = False
     token_prompts: bool = False  # takes a prompt as token ids (GenerationRequest.tokens)
+    # the optional operations: the engine checks these before it asks, and refuses what a backend does not do
+    tokenize: bool = False  # tokenize, detokenize (and so fill-in-the-middle prompts)
+    embed: bool = False
+    rerank: bool = False
 
 
 @dataclass(frozen=True)

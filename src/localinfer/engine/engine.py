@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from localinfer.backends.base import (
+    Backend,
     EmbeddingInput,
     EmbeddingResult,
     LoadSpec,
@@ -291,13 +292,16 @@ class Engine:
     async def tokenize(self, model: str, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         """``text`` as ``model``'s token ids. Raises InvalidRequest where its backend cannot tokenize."""
         return await self._with_runner(
-            model, lambda r: r.backend.tokenize(text, add_special=add_special, parse_special=parse_special)
+            model,
+            lambda r: _able(r, "tokenize", "tokenizing").tokenize(
+                text, add_special=add_special, parse_special=parse_special
+            ),
         )
 
     async def detokenize(self, model: str, tokens: Sequence[int]) -> list[TokenPiece]:
         """Each of ``tokens`` with the bytes it stands for in ``model``. Raises InvalidRequest for an id outside
         its vocabulary."""
-        return await self._with_runner(model, lambda r: r.backend.detokenize(tokens))
+        return await self._with_runner(model, lambda r: _able(r, "tokenize", "detokenizing").detokenize(tokens))
 
     async def embed(
         self,
@@ -316,7 +320,7 @@ class Engine:
         async def embed(runner: Runner) -> EmbeddingResult:
             if runner.backend.facts.reranker:
                 raise reranker_refusal(f"model '{runner.name}'", "embed texts")
-            return await runner.backend.embed(inputs, normalize=normalize, truncate=truncate)
+            return await _able(runner, "embed", "embedding").embed(inputs, normalize=normalize, truncate=truncate)
 
         return await self._with_runner(model, embed, keep_alive=keep_alive)
 
@@ -331,7 +335,7 @@ class Engine:
         async def rerank(runner: Runner) -> RerankResult:
             if not runner.backend.facts.reranker:
                 raise not_a_reranker(f"model '{runner.name}'")
-            return await runner.backend.rerank(query, documents)
+            return await _able(runner, "rerank", "reranking").rerank(query, documents)
 
         return await self._with_runner(model, rerank, keep_alive=keep_alive)
 
@@ -451,7 +455,7 @@ class Engine:
                 yield chunk
 
     async def _infill(self, runner: Runner, request: InfillRequest, started: float) -> TokenStream:
-        tokens = await infill_tokens(runner.backend, request)
+        tokens = await infill_tokens(_able(runner, "tokenize", "fill-in-the-middle"), request)
         generation = GenerationRequest(
             request_id=_new_id(), prompt="", options=request.options, tokens=tuple(tokens), priority=request.priority
         )
@@ -500,6 +504,15 @@ class LoadedModel:
     pinned: bool = False
     in_flight: int = 0
     expires_in: float | None = None  # seconds until its keep-alive unloads it; None: in use, pinned or for good
+
+
+def _able(runner: Runner, capability: str, what: str) -> Backend:
+    """``runner``'s backend when its capabilities declare ``capability``. Raises InvalidRequest naming ``what``
+    it cannot do."""
+    backend = runner.backend
+    if not getattr(backend.capabilities, capability):
+        raise InvalidRequest(f"{what} is not supported by the {backend.name} backend of '{runner.name}'", param="model")
+    return backend
 
 
 def _new_id() -> str:

@@ -37,7 +37,7 @@ from localinfer.types import PRIORITY_RANK, GenerationRequest, TokenStream
 class LlamaCppBackend(Backend):
     name: ClassVar[str] = "llamacpp"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        formats=("gguf",), grammar=True, batching=True, token_prompts=True
+        formats=("gguf",), grammar=True, batching=True, token_prompts=True, tokenize=True, embed=True, rerank=True
     )
 
     def __init__(self) -> None:
