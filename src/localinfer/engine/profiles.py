@@ -3,11 +3,11 @@ backend serves it is ``backends/registry.py``'s table."""
 
 from __future__ import annotations
 
-from localinfer.backends.onnx.facts import model_folder
 from localinfer.backends.registry import PLANNED_FORMATS
 from localinfer.errors import LocalInferError, ModelLoadError
 from localinfer.hardware.model_profile import ModelProfile, from_gguf, from_path
-from localinfer.models.gguf import cached_gguf_info, read_gguf_info
+from localinfer.models.metadata import cached_gguf_info, read_gguf_info
+from localinfer.models.metadata.onnx import model_folder
 from localinfer.models.store import Manifest
 
 _CONVERT_AGAIN = "convert it again with 'localinfer convert', or 'localinfer rm' it"

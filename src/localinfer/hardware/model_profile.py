@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from localinfer.backends.folder_facts import cached_folder_facts, folder_format
-from localinfer.models.gguf import GGUFInfo, cached_gguf_info
+from localinfer.models.metadata import GGUFInfo, cached_folder_facts, cached_gguf_info, folder_format
+from localinfer.models.metadata.folder import weights_bytes
 
 ModelFormat = Literal["gguf", "onnx", "hf"]
 F16 = 2  # bytes per cached key or value element (llama.cpp's default cache type)
@@ -68,13 +68,9 @@ def from_path(path: Path, name: str | None = None) -> ModelProfile:
     return ModelProfile(
         name=name,
         format=facts.format,
-        size_bytes=_folder_bytes(folder, (".onnx", ".data") if facts.format == "onnx" else (".safetensors",)),
+        size_bytes=weights_bytes(folder, facts.format),
         n_layers=facts.block_count,
         context_train=facts.context_length,
         kv_bytes_per_token=_kv_bytes(facts.block_count, facts.head_count_kv, facts.head_length, facts.head_length),
         quantization=facts.quantization,
     )
-
-
-def _folder_bytes(path: Path, suffixes: tuple[str, ...]) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.suffix in suffixes)

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from localinfer.errors import LocalInferError
 from localinfer.models.files import FileGroup, group_model_files, quant_label, split_prefix
-from localinfer.models.gguf import cached_gguf_info
+from localinfer.models.metadata import cached_gguf_info
 from localinfer.models.store import Manifest, ModelFile, is_valid_name
 
 log = logging.getLogger(__name__)

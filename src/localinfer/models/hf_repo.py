@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable, Iterable
 
 from localinfer.errors import LocalInferError, PullError
-from localinfer.hardware.model_profile import from_path
 from localinfer.models.hub import FetchedFile, HubClient, RepoListing
+from localinfer.models.metadata import cached_folder_facts
 from localinfer.models.refs import HubRef
 from localinfer.models.store import HF_CONFIG, Manifest, ModelFile, ModelStore
 from localinfer.progress import ProgressEvent, ProgressSink
@@ -84,7 +84,7 @@ def pull_hf_folder(
     progress(ProgressEvent("verifying the model's config"))
     folder = fetched[0].path.parent
     try:
-        profile = from_path(folder, name)
+        facts = cached_folder_facts(folder)
     except LocalInferError as exc:
         hub.discard_downloaded(fetched)
         raise PullError(
@@ -95,7 +95,7 @@ def pull_hf_folder(
         source=f"hf:{ref.repo_id}",
         format="hf",
         files=model_files(store.list(), fetched),
-        quantization=profile.quantization,
+        quantization=facts.quantization,
         created=int(time.time()),
         revision=listing.commit,
     )

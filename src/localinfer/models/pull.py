@@ -15,12 +15,11 @@ from pathlib import Path
 
 from localinfer.config import STARTER_MODEL, Settings
 from localinfer.errors import HubUnreachable, LocalInferError, ModelNotFound, PullError
-from localinfer.hardware.model_profile import from_path
 from localinfer.models.files import FileGroup, choose_files, group_model_files, split_part
-from localinfer.models.gguf import read_gguf_info
 from localinfer.models.hf_repo import hf_model_paths, pull_hf_folder
 from localinfer.models.hub import FetchedFile, HubClient, RepoListing
 from localinfer.models.library import ModelLibrary
+from localinfer.models.metadata import cached_folder_facts, read_gguf_info
 from localinfer.models.pypi import pull_pypi
 from localinfer.models.refs import FORMS_HINT, HubRef, PathRef, PyPIRef, parse_ref
 from localinfer.models.store import (
@@ -271,13 +270,13 @@ def _register_folder(store: ModelStore, folder: Path, *, name: str, progress: Pr
         )
     progress(ProgressEvent("verifying"))
     try:
-        profile = from_path(folder, name)  # its config must be readable now, not when it is first served
+        facts = cached_folder_facts(folder)  # its config must be readable now, not when it is first served
     except LocalInferError as exc:
         raise PullError(exc.message, hint=exc.hint) from exc
     except (OSError, ValueError, LookupError, TypeError) as exc:
         raise PullError(f"the config in {folder} cannot be read: {exc}", hint="check the folder's JSON files") from exc
-    if manifest.quantization is None and profile.quantization is not None:
-        manifest = dataclasses.replace(manifest, quantization=profile.quantization)
+    if manifest.quantization is None and facts.quantization is not None:
+        manifest = dataclasses.replace(manifest, quantization=facts.quantization)
     store.register(manifest)
     progress(ProgressEvent("success", total=manifest.size, completed=manifest.size))
     return manifest

@@ -32,7 +32,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 from localinfer.errors import LocalInferError, PullError
-from localinfer.models.gguf import read_gguf_info
+from localinfer.models.metadata import read_gguf_info
 from localinfer.models.store import Manifest, ModelFile, ModelStore, validate_name
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 

@@ -10,7 +10,7 @@ import pytest
 
 from localinfer.app.cli import main
 from localinfer.app.commands.show import format_parameters
-from localinfer.models.gguf import read_chat_template
+from localinfer.models.metadata import read_chat_template
 from localinfer.models.store import Manifest, ModelStore, hf_manifest
 from tests.conftest import MakeGGUF
 from tests.hf_folder import CHAT_TEMPLATE, write_hf_folder

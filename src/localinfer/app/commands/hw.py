@@ -16,8 +16,8 @@ from localinfer.hardware.detect import detect
 from localinfer.hardware.model_profile import ModelProfile, from_gguf, from_path
 from localinfer.hardware.plan import BACKENDS, Overrides, Plan, plan
 from localinfer.hardware.profile import GiB, GPUInfo, HardwareProfile
-from localinfer.models.gguf import cached_gguf_info
 from localinfer.models.library import ModelLibrary
+from localinfer.models.metadata import cached_gguf_info
 
 _GPU_LABEL_WIDTH = 18  # GPU detail rows are indented two more spaces, their values stay in the same column
 

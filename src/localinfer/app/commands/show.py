@@ -8,11 +8,10 @@ import json
 from typing import Any
 
 from localinfer.app.commands.render import row, section
-from localinfer.backends.folder_facts import FolderFacts, read_folder_facts
 from localinfer.config import Settings
 from localinfer.errors import LocalInferError
-from localinfer.models.gguf import GGUFInfo, read_chat_template, read_gguf_info
 from localinfer.models.library import ModelLibrary
+from localinfer.models.metadata import FolderFacts, GGUFInfo, read_chat_template, read_folder_facts, read_gguf_info
 from localinfer.models.store import Manifest
 
 _MB = 1_000_000

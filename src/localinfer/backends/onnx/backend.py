@@ -15,12 +15,13 @@ from typing import ClassVar
 
 from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
 from localinfer.backends.chunks import ChunkQueue, relay
-from localinfer.backends.hf_files import read_json
 from localinfer.backends.onnx import job as jobs
-from localinfer.backends.onnx.facts import model_facts, model_folder, sliding_window
+from localinfer.backends.onnx.facts import model_facts
 from localinfer.backends.onnx.model import GenaiModel
 from localinfer.backends.text_stream import TextStream
 from localinfer.errors import ContextLengthExceeded, GenerationFailed, InvalidRequest, ModelNotReady, QueueFull
+from localinfer.models.metadata.hf import read_json
+from localinfer.models.metadata.onnx import model_folder, sliding_window
 from localinfer.types import GenerationRequest, TokenStream
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,6 @@
-"""What the engine needs to know of an onnxruntime-genai model folder: ``genai_config.json`` for its shape and
-context, the Hugging Face tokenizer files beside it for the chat template and special tokens."""
+"""What the engine needs to know of an onnxruntime-genai model folder loaded with a LoadSpec: ``genai_config.json``
+for its shape and context, the Hugging Face tokenizer files beside it for the chat template and special tokens
+(all read by ``models.metadata``)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from localinfer.backends.base import LoadSpec, ModelFacts
-from localinfer.backends.hf_files import added_token_texts, chat_template, has_chatml_tokens, read_json, token_text
-
-DEFAULT_CONTEXT = 4096
-
-
-def model_folder(path: Path) -> Path:
-    """The model folder of ``path``: the folder itself, or the folder of its ``genai_config.json``."""
-    return path if path.is_dir() else path.parent
-
-
-def trained_context(genai_config: dict[str, Any]) -> int:
-    value = (genai_config.get("model") or {}).get("context_length")
-    return value if isinstance(value, int) and value > 0 else DEFAULT_CONTEXT
-
-
-def sliding_window(genai_config: dict[str, Any]) -> int:
-    """The attention window of a sliding-window model (Gemma 3), else 0: its KV buffer must hold at least that."""
-    decoder = (genai_config.get("model") or {}).get("decoder") or {}
-    window = (decoder.get("sliding_window") or {}).get("window_size")
-    return window if isinstance(window, int) and window > 0 else 0
+from localinfer.models.metadata.hf import added_token_texts, chat_template, has_chatml_tokens, read_json, token_text
+from localinfer.models.metadata.onnx import adds_bos, trained_context, weights_bytes
 
 
 def context_size(spec: LoadSpec, trained: int) -> int:
@@ -34,20 +17,6 @@ def context_size(spec: LoadSpec, trained: int) -> int:
     never more than the model was trained for."""
     asked = spec.ctx_size or min(trained, spec.ctx_cap)
     return max(1, min(asked, trained))
-
-
-def adds_bos(folder: Path, tokenizer: dict[str, Any], bos: str) -> bool:
-    """Whether the tokenizer puts BOS in front of a prompt: ``add_bos_token`` when the config says, else whether
-    ``tokenizer.json``'s post-processor template starts with it."""
-    if isinstance(tokenizer.get("add_bos_token"), bool):
-        return bool(tokenizer["add_bos_token"])
-    post = read_json(folder / "tokenizer.json").get("post_processor") or {}
-    processors = post.get("processors") if isinstance(post, dict) and post.get("type") == "Sequence" else [post]
-    for processor in processors if isinstance(processors, list) else []:
-        single = processor.get("single") if isinstance(processor, dict) else None
-        if bos and isinstance(single, list) and single and isinstance(single[0], dict):
-            return bool((single[0].get("SpecialToken") or {}).get("id") == bos)
-    return False
 
 
 def model_facts(folder: Path, spec: LoadSpec, *, threads: int = 0) -> ModelFacts:
@@ -69,5 +38,5 @@ def model_facts(folder: Path, spec: LoadSpec, *, threads: int = 0) -> ModelFacts
         n_params=0,
         n_slots=1,
         threads=threads,
-        model_bytes=sum(f.stat().st_size for f in folder.iterdir() if f.suffix in (".onnx", ".data")),
+        model_bytes=weights_bytes(folder),
     )

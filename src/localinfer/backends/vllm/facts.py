@@ -8,7 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from localinfer.backends.base import ModelFacts
-from localinfer.backends.hf_files import added_token_texts, chat_template, has_chatml_tokens, read_json, token_text
+from localinfer.models.metadata.hf import (
+    added_token_texts,
+    architecture,
+    chat_template,
+    has_chatml_tokens,
+    positive,
+    read_json,
+    token_text,
+    trained_context,
+    weights_bytes,
+)
 
 DEFAULT_CONTEXT = 4096
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's --max-num-seqs when not given: requests it batches together
@@ -20,44 +30,20 @@ def model_facts(
     """Facts for the model at ``path`` served with ``card`` (vLLM's ``max_model_len`` is the context)."""
     config = read_json(path / "config.json")
     tokenizer = read_json(path / "tokenizer_config.json")
-    trained = _positive(config.get("max_position_embeddings")) or _positive(
-        (config.get("text_config") or {}).get("max_position_embeddings")
-    )
-    architectures = config.get("architectures") or [config.get("model_type") or "unknown"]
+    trained = trained_context(config)
     return ModelFacts(
-        n_ctx=_positive(card.get("max_model_len")) or ctx_size or trained or DEFAULT_CONTEXT,
-        n_ctx_train=trained or _positive(card.get("max_model_len")) or DEFAULT_CONTEXT,
+        n_ctx=positive(card.get("max_model_len")) or ctx_size or trained or DEFAULT_CONTEXT,
+        n_ctx_train=trained or positive(card.get("max_model_len")) or DEFAULT_CONTEXT,
         chat_template=chat_template(path, tokenizer),
         bos_token=token_text(tokenizer.get("bos_token")),
         eos_token=token_text(tokenizer.get("eos_token")),
         add_bos=bool(tokenizer.get("add_bos_token", False)),
         has_chatml_tokens=has_chatml_tokens(added_token_texts(path, tokenizer)),
-        architecture=str(architectures[0]),
+        architecture=architecture(config),
         n_params=0,
-        n_slots=_positive(flag_value(extra_args, "--max-num-seqs")) or DEFAULT_MAX_NUM_SEQS,
-        model_bytes=_weights_size(path),
+        n_slots=positive(flag_value(extra_args, "--max-num-seqs")) or DEFAULT_MAX_NUM_SEQS,
+        model_bytes=weights_bytes(path),
     )
-
-
-def _positive(value: object) -> int:
-    """``value`` as a positive int, else 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        return 0
-    try:
-        return max(int(value), 0)
-    except ValueError:
-        return 0
-
-
-def _weights_size(path: Path) -> int:
-    index = read_json(path / "model.safetensors.index.json")
-    total = _positive((index.get("metadata") or {}).get("total_size"))
-    if total:
-        return total
-    try:
-        return sum(f.stat().st_size for f in path.glob("*.safetensors"))
-    except OSError:
-        return 0
 
 
 def flag_value(args: Sequence[str], flag: str) -> str | None:

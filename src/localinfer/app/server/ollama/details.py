@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from localinfer.backends.folder_facts import FolderFacts, cached_folder_facts
 from localinfer.errors import LocalInferError
-from localinfer.models.gguf import GGUFInfo, cached_gguf_info
+from localinfer.models.metadata import FolderFacts, GGUFInfo, cached_folder_facts, cached_gguf_info
 from localinfer.types import OLLAMA_FORMAT_NAMES, ModelInfo
 
 

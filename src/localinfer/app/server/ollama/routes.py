@@ -49,12 +49,11 @@ from localinfer.app.server.errors import ollama_error_body, user_message
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.ollama.details import model_details, read_facts
 from localinfer.app.server.ollama.wire import DeleteBody, PullBody, json_body
-from localinfer.backends.folder_facts import FolderFacts
 from localinfer.client.base import LoadedModelStatus
 from localinfer.client.local import LocalClient
 from localinfer.errors import LocalInferError
-from localinfer.models.gguf import GGUFInfo
 from localinfer.models.library import ollama_name, untagged
+from localinfer.models.metadata import FolderFacts, GGUFInfo
 from localinfer.progress import ProgressEvent
 from localinfer.types import ModelInfo
 

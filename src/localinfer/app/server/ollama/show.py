@@ -26,10 +26,9 @@ from fastapi import APIRouter, Depends, Request
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.ollama.details import model_details, read_facts
 from localinfer.app.server.ollama.wire import ShowBody, json_body
-from localinfer.backends.folder_facts import FolderFacts
 from localinfer.engine.engine import Engine
 from localinfer.errors import LocalInferError
-from localinfer.models.gguf import GGUFInfo, Scalar, read_gguf_metadata
+from localinfer.models.metadata import FolderFacts, GGUFInfo, Scalar, read_gguf_metadata
 from localinfer.types import ModelInfo
 
 router = APIRouter(prefix="/api", route_class=FastJSONRoute)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from localinfer.backends.hf_files import chat_template, read_json
 from localinfer.errors import ModelLoadError
+from localinfer.models.metadata.hf import chat_template, read_json
 from localinfer.models.store import HF_CONFIG, ONNX_CONFIG, is_hf_folder
 
 FolderFormat = Literal["onnx", "hf"]
@@ -96,6 +96,13 @@ def cached_folder_facts(path: Path) -> FolderFacts:
 @functools.lru_cache(maxsize=1024)
 def _cached(path: Path, size: int, mtime_ns: int) -> FolderFacts:
     return read_folder_facts(path)
+
+
+def weights_bytes(folder: Path, fmt: FolderFormat) -> int:
+    """Bytes of the weights in ``folder`` and below: ``.onnx`` and ``.data`` files of an ONNX model, ``.safetensors``
+    files of a Hugging Face one."""
+    suffixes = (".onnx", ".data") if fmt == "onnx" else (".safetensors",)
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and f.suffix in suffixes)
 
 
 def _config_path(path: Path, fmt: FolderFormat) -> Path:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from localinfer.errors import ModelLoadError, ModelNotFound
-from localinfer.models.gguf import read_chat_template, read_gguf_info
+from localinfer.models.metadata import read_chat_template, read_gguf_info
 from localinfer.models.store import Manifest
 
 MakeGGUF = Callable[..., Path]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from localinfer.backends.folder_facts import cached_folder_facts, folder_format, read_folder_facts
 from localinfer.errors import ModelLoadError
+from localinfer.models.metadata import cached_folder_facts, folder_format, read_folder_facts
 from tests.hf_folder import PARAMETERS, write_hf_folder, write_safetensors
 
 

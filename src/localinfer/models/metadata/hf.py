@@ -1,4 +1,5 @@
-"""What a model folder's Hugging Face tokenizer files say: the chat template, special tokens and their texts.
+"""What a model folder's Hugging Face files say: the tokenizer files' chat template, special tokens and their
+texts, and ``config.json``'s trained context and architecture and the safetensors weights' size.
 
 Used by every backend that serves a folder model (vLLM's Hugging Face folders, onnxruntime-genai folders). Files
 that are missing or unreadable read as empty: a model without them gets the engine's fallbacks.
@@ -56,3 +57,39 @@ def added_token_texts(path: Path, tokenizer: Mapping[str, Any]) -> set[str]:
 
 def has_chatml_tokens(texts: set[str]) -> bool:
     return "<|im_start|>" in texts and "<|im_end|>" in texts
+
+
+def positive(value: object) -> int:
+    """``value`` as a positive int, else 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return 0
+    try:
+        return max(int(value), 0)
+    except ValueError:
+        return 0
+
+
+def trained_context(config: Mapping[str, Any]) -> int:
+    """The context ``config.json`` says the model was trained for (its language model's, for a multimodal one),
+    else 0."""
+    return positive(config.get("max_position_embeddings")) or positive(
+        (config.get("text_config") or {}).get("max_position_embeddings")
+    )
+
+
+def architecture(config: Mapping[str, Any]) -> str:
+    """``config.json``'s first architecture (``Qwen2ForCausalLM``), else its model type, else ``unknown``."""
+    architectures = config.get("architectures") or [config.get("model_type") or "unknown"]
+    return str(architectures[0])
+
+
+def weights_bytes(path: Path) -> int:
+    """Bytes of the folder's safetensors weights: its index's ``total_size``, else the files' sizes."""
+    index = read_json(path / "model.safetensors.index.json")
+    total = positive((index.get("metadata") or {}).get("total_size"))
+    if total:
+        return total
+    try:
+        return sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    except OSError:
+        return 0

@@ -1,0 +1,67 @@
+"""The one reader of model files: what a model says about itself, read from its files before it is loaded.
+
+- ``gguf``: a GGUF file's header (architecture, shape, context, quantization, chat template, FIM tokens);
+- ``folder``: a model folder's config, ONNX ``genai_config.json`` or Hugging Face ``config.json``, as FolderFacts;
+- ``hf``: a folder's Hugging Face tokenizer files (chat template, special tokens) and ``config.json`` fields;
+- ``onnx``: an onnxruntime-genai folder's ``genai_config.json`` fields.
+
+Weights are never read. The public names below load their module on first use, so a backend that reads only a
+folder's JSON files does not import the ``gguf`` package (and numpy) with them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from localinfer.models.metadata.folder import (
+        FolderFacts,
+        FolderFormat,
+        cached_folder_facts,
+        folder_format,
+        read_folder_facts,
+    )
+    from localinfer.models.metadata.gguf import (
+        GGUFInfo,
+        Scalar,
+        cached_gguf_info,
+        read_chat_template,
+        read_gguf_info,
+        read_gguf_metadata,
+    )
+
+_HOMES = {
+    "FolderFacts": "folder",
+    "FolderFormat": "folder",
+    "cached_folder_facts": "folder",
+    "folder_format": "folder",
+    "read_folder_facts": "folder",
+    "GGUFInfo": "gguf",
+    "Scalar": "gguf",
+    "cached_gguf_info": "gguf",
+    "read_chat_template": "gguf",
+    "read_gguf_info": "gguf",
+    "read_gguf_metadata": "gguf",
+}
+
+__all__ = [
+    "FolderFacts",
+    "FolderFormat",
+    "GGUFInfo",
+    "Scalar",
+    "cached_folder_facts",
+    "cached_gguf_info",
+    "folder_format",
+    "read_chat_template",
+    "read_folder_facts",
+    "read_gguf_info",
+    "read_gguf_metadata",
+]
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
