@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, ListView
 
 from localinfer.app.tui.conversations import Conversation, ConversationSettings, MessageState, StoredMessage
+from localinfer.app.tui.host import TuiHost
 from localinfer.app.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextInputScreen
 from localinfer.app.tui.widgets.conversation_list import ConversationItem, ConversationList
 from localinfer.app.tui.widgets.message import MessageView
@@ -23,9 +24,6 @@ from localinfer.app.tui.widgets.prompt import PromptInput
 from localinfer.app.tui.widgets.status import StatusBar
 from localinfer.errors import LocalInferError
 from localinfer.types import ChatMessage, ChatRequest, GenerationOptions, SamplingParams
-
-if TYPE_CHECKING:
-    from localinfer.app.tui.app import LocalInferApp
 
 SAVE_EVERY_S = 0.5  # how often a streaming reply is written to the store, so a crash keeps most of it
 
@@ -59,11 +57,8 @@ class ChatScreen(Screen[None]):
         self._stopping = False
 
     @property
-    def li_app(self) -> LocalInferApp:
-        from localinfer.app.tui.app import LocalInferApp
-
-        assert isinstance(self.app, LocalInferApp)
-        return self.app
+    def li_app(self) -> TuiHost:
+        return cast("TuiHost", self.app)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="chat-body"):
@@ -109,7 +104,7 @@ class ChatScreen(Screen[None]):
         log.scroll_end(animate=False)
         log.anchor()
         self.query_one(StatusBar).model = conversation.model
-        self.li_app.sub_title = conversation.title
+        self.app.sub_title = conversation.title
         if conversation.model:
             self.load_model(conversation.model, conversation.settings.context_length)
 
@@ -311,7 +306,7 @@ class ChatScreen(Screen[None]):
         title = await self.app.push_screen_wait(TextInputScreen("Rename the conversation", self.conversation.title))
         if title:
             self.conversation = self.li_app.store.rename(self.conversation.id, title)
-            self.li_app.sub_title = title
+            self.app.sub_title = title
             await self.refresh_list()
 
     @work

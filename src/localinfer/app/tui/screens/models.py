@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -12,15 +12,13 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label, ProgressBar, Static
 
+from localinfer.app.tui.host import TuiHost
 from localinfer.app.tui.screens.dialogs import ConfirmScreen
 from localinfer.app.tui.widgets.status import StatusBar
 from localinfer.config import STARTER_MODEL
 from localinfer.errors import LocalInferError
 from localinfer.progress import ProgressEvent
 from localinfer.types import ModelInfo
-
-if TYPE_CHECKING:
-    from localinfer.app.tui.app import LocalInferApp
 
 _MB = 1_000_000
 
@@ -47,11 +45,8 @@ class ModelsScreen(Screen[None]):
         self.models: list[ModelInfo] = []
 
     @property
-    def li_app(self) -> LocalInferApp:
-        from localinfer.app.tui.app import LocalInferApp
-
-        assert isinstance(self.app, LocalInferApp)
-        return self.app
+    def li_app(self) -> TuiHost:
+        return cast("TuiHost", self.app)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="models-body"):
