@@ -1,0 +1,111 @@
+"""Imports flow one way (DESIGN.md, "the house"): app -> client -> engine -> backends -> {models, hardware} ->
+{types, errors, config, progress}, with ``bootstrap`` the composition root above them all.
+
+Every module under src/localinfer is parsed with ``ast`` and every import counted: at the top, inside functions
+and inside ``if TYPE_CHECKING:`` blocks alike. No rule makes an exception for TYPE_CHECKING-only imports: a type
+named from a higher layer is still a dependency on it (and a cycle that only mypy sees is still one to untangle),
+so a lower layer that needs a shape from above gets a small protocol or type of its own instead.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import localinfer
+
+PACKAGE = Path(localinfer.__file__).parent
+GROUND = {"localinfer.types", "localinfer.errors", "localinfer.config", "localinfer.progress"}
+
+# layer -> the localinfer packages it must never import
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "localinfer.hardware": ("backends", "engine", "app", "client", "bootstrap"),
+    "localinfer.models": ("backends", "engine", "hardware", "app", "client", "bootstrap"),
+    "localinfer.backends": ("engine", "app", "client", "bootstrap"),
+    "localinfer.engine": ("app", "client", "bootstrap"),
+    "localinfer.client": ("app", "bootstrap"),
+}
+TUI_APP = "localinfer.app.tui.app"
+TUI_SCREENS = "localinfer.app.tui.screens"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path) -> set[str]:
+    return imports_in(path.read_text(encoding="utf-8"), module_name(path), is_package=path.name == "__init__.py")
+
+
+def imports_in(source: str, module: str, *, is_package: bool = False) -> set[str]:
+    """Every module ``source`` (the text of ``module``) imports, relative imports resolved, wherever in it the
+    import stands: at the top, in a function, under ``if TYPE_CHECKING:``. For ``from X import y`` both X and
+    X.y, as y may be a module."""
+    package = module if is_package else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                anchor = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_imports_in_functions_type_checking_blocks_and_relative_ones_count() -> None:
+    source = """
+from typing import TYPE_CHECKING
+from . import plan
+from ..backends.base import Backend
+if TYPE_CHECKING:
+    from localinfer.engine.engine import Engine
+def f() -> None:
+    import localinfer.app.cli
+"""
+    found = imports_in(source, "localinfer.hardware.model_profile")
+    assert {
+        "localinfer.hardware.plan",
+        "localinfer.backends.base",
+        "localinfer.engine.engine",
+        "localinfer.app.cli",
+    } <= found
+
+
+def test_the_tree_is_found() -> None:
+    names = {module_name(p) for p in MODULES}
+    assert {"localinfer.hardware.plan", "localinfer.models.store", "localinfer.backends.base"} <= names
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_imports_flow_one_way(path: Path) -> None:
+    name = module_name(path)
+    imports = {i for i in imported(path) if within(i, "localinfer")}
+    broken = []
+    for layer, banned in FORBIDDEN.items():
+        if within(name, layer):
+            broken += [i for i in imports for b in banned if within(i, f"localinfer.{b}")]
+    if name in GROUND:
+        # the ground floor imports only itself (``from localinfer import __version__`` names the root package)
+        broken += [
+            i
+            for i in imports
+            if i not in {"localinfer", "localinfer.__version__"} and not any(within(i, g) for g in GROUND)
+        ]
+    if within(name, TUI_SCREENS):
+        broken += [i for i in imports if within(i, TUI_APP)]  # screens reach the app through messages
+    assert not broken, f"{name} imports {sorted(set(broken))} against the import direction in DESIGN.md"
