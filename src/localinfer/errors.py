@@ -105,3 +105,7 @@ class ServerShuttingDown(LocalInferError):
 
 class GenerationFailed(LocalInferError):
     """The backend failed while generating (for example, llama_decode returned an error)."""
+
+
+class QuantizeError(LocalInferError):
+    """A model could not be quantized or measured; nothing half-written is left behind."""

@@ -12,11 +12,11 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from localinfer import __version__
-from localinfer.app.commands import convert, hw, ls, ps, pull, rm, run, serve, show, stop, tui
+from localinfer.app.commands import convert, hw, ls, perplexity, ps, pull, quantize, rm, run, serve, show, stop, tui
 from localinfer.config import Settings
 from localinfer.errors import LocalInferError
 
-COMMANDS = (serve, run, pull, ls, show, rm, ps, stop, hw, convert)
+COMMANDS = (serve, run, pull, ls, show, rm, ps, stop, hw, convert, quantize, perplexity)
 
 
 def build_parser() -> argparse.ArgumentParser:

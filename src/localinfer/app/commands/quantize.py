@@ -1,0 +1,110 @@
+"""``localinfer quantize SOURCE --type TYPE``: a GGUF quantized by llama.cpp's quantizer, registered, and with
+``--check`` measured against its source."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from localinfer.app.commands.pull import ProgressLine
+from localinfer.config import Settings
+from localinfer.models.library import ModelLibrary
+from localinfer.models.store import Manifest
+from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
+from localinfer.quantize.types import TENSOR_TYPES, type_names
+
+_MB = 1_000_000
+CHECK_CTX = 256  # --check: short chunks, so a check of a small model takes seconds
+
+
+def add_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "quantize",
+        help="quantize a GGUF model with llama.cpp's quantizer",
+        description="Quantize a GGUF model (a name from 'localinfer ls' or a .gguf path) to another type with "
+        "llama.cpp's own quantizer, and register the result. With --check, measure its perplexity and KL "
+        "divergence against the source on localinfer's default text.",
+        epilog=f"Types: {type_names()} (case-insensitive; Q4_K means Q4_K_M).",
+    )
+    p.add_argument(
+        "source", help="a model name or a .gguf file (F16, BF16 or F32; a quantized one needs --allow-requantize)"
+    )
+    p.add_argument("--type", required=True, metavar="TYPE", help="the quantization type, e.g. Q4_K_M, Q8_0, Q2_K")
+    p.add_argument("--name", help="the name to register it under (default: SOURCE-TYPE)")
+    p.add_argument(
+        "--allow-requantize", action="store_true", help="quantize an already quantized model; the losses compound"
+    )
+    tensor_types = ", ".join(TENSOR_TYPES)
+    p.add_argument("--output-tensor-type", metavar="T", help=f"the output head's type ({tensor_types})")
+    p.add_argument("--token-embedding-type", metavar="T", help=f"the token embeddings' type ({tensor_types})")
+    p.add_argument("--pure", action="store_true", help="every matrix in TYPE (no mix of higher types)")
+    p.add_argument("--threads", type=int, default=0, help="quantizer threads (default: all cores)")
+    p.add_argument("--check", action="store_true", help="measure perplexity and KLD against the source after")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the result")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from localinfer.quantize.gguf import Options, quantize_model
+    from localinfer.quantize.types import parse_type
+
+    options = Options(
+        type=parse_type(args.type),
+        allow_requantize=args.allow_requantize,
+        output_tensor_type=args.output_tensor_type,
+        token_embedding_type=args.token_embedding_type,
+        pure=args.pure,
+        threads=max(0, args.threads),
+    )
+    library = ModelLibrary.from_settings(settings)
+    renderer = ProgressLine(sys.stderr)
+    sink: ProgressSink = ignore_progress if args.quiet else renderer
+    try:
+        done = quantize_model(library.store, library, args.source, options, name=args.name, progress=sink)
+    except KeyboardInterrupt:
+        renderer.close()
+        print("localinfer: quantize interrupted; nothing was written", file=sys.stderr)
+        return 130
+    finally:
+        renderer.close()
+    manifest = done.manifest
+    if done.source.quantized:
+        print(f"note: {done.source.name} was already {done.source.file_type}; its losses add to {options.type.name}'s")
+    print(
+        f"quantized {done.source.name} -> {manifest.name} ({options.type.name}, {manifest.size / _MB:.1f} MB, "
+        f"estimated {done.estimate / _MB:.1f} MB, {done.seconds:.0f}s) -> {manifest.path}"
+    )
+    if args.check:
+        return _check(args, library, done.source.path, manifest, sink, renderer)
+    return 0
+
+
+def _check(
+    args: argparse.Namespace,
+    library: ModelLibrary,
+    source: Path,
+    manifest: Manifest,
+    sink: ProgressSink,
+    renderer: ProgressLine,
+) -> int:
+    """Measure ``manifest`` against ``source`` on the default text, print the table, keep the figures."""
+    from localinfer.app.commands.perplexity import table
+    from localinfer.quantize.lineage import add_quality
+    from localinfer.quantize.perplexity import default_text, measure
+
+    def on_chunk(done: int, total: int) -> None:
+        sink(ProgressEvent("measuring against the source", total=total, completed=done, unit="chunks"))
+
+    try:
+        report = measure(manifest.path, default_text(), base=source, ctx=CHECK_CTX, on_chunk=on_chunk)
+    except KeyboardInterrupt:
+        renderer.close()
+        print(f"localinfer: check interrupted; {manifest.name} is registered without figures", file=sys.stderr)
+        return 130
+    finally:
+        renderer.close()
+    print(table(report, model=manifest.name, base=args.source))
+    add_quality(library.store, manifest, {"text": "default", **report.as_dict()})
+    return 0

@@ -1,0 +1,299 @@
+"""GGUF quantization through llama.cpp's own quantizer (``llama_model_quantize``), registered in the store.
+
+The source is a registered GGUF model or a GGUF path. The output's size is estimated from the source's tensors
+first, and the disk must hold it. The quantizer runs in a child process (``quantize/worker.py``) writing into a
+work folder under the store's ``tmp/``; its per-tensor log lines give the progress. Once done the file moves into
+``blobs/sha256-<hex>`` with one rename and is registered, with a lineage record beside the store
+(``quantize/lineage.py``). An error, a failure of the quantizer or Ctrl-C (the child is killed) leaves no file
+and no manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+
+from localinfer.errors import ModelNotFound, PullError, QuantizeError
+from localinfer.models.store import Manifest, ModelFile, ModelSource, ModelStore, validate_name
+from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
+from localinfer.quantize.lineage import Lineage, write_lineage
+from localinfer.quantize.types import QuantType, fallback_bpw, parse_tensor_type, tensor_bpw
+
+_FLOAT_TYPES = {gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16}
+_TENSOR_LINE = re.compile(rb"\[\s*(\d+)/\s*(\d+)\]")
+_MARGIN = 1.05  # the estimate is nominal: ask for 5 % more free space
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Options:
+    type: QuantType
+    allow_requantize: bool = False
+    output_tensor_type: str | None = None
+    token_embedding_type: str | None = None
+    pure: bool = False
+    threads: int = 0  # 0: llama.cpp's choice (all cores)
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    path: Path
+    origin: str
+    sha256: str | None
+    file_type: str | None  # what the file's tensors are mostly, e.g. Q4_1 or F16
+    quantized: bool  # some matrix is stored in a quantized type
+
+
+@dataclass(frozen=True)
+class Quantized:
+    manifest: Manifest
+    source: Source
+    estimate: int
+    seconds: float
+
+
+def resolve_source(models: ModelSource, ref: str) -> Source:
+    """The single GGUF file ``ref`` names (a model name or a path). Raises QuantizeError with a hint otherwise."""
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        raise QuantizeError(f"{path} is a folder, not a GGUF file", hint="pass a .gguf file or a name from 'ls'")
+    try:
+        manifest = models.resolve(ref)
+    except ModelNotFound as exc:
+        if path.exists():
+            raise QuantizeError(f"{path} is not a GGUF file", hint="localinfer quantizes GGUF models") from exc
+        raise QuantizeError(
+            f"there is no model or GGUF file called '{ref}'",
+            hint="run 'localinfer ls' to see the models here, or pass the path of a .gguf file",
+        ) from exc
+    if manifest.format != "gguf":
+        raise QuantizeError(f"{manifest.name} is a {manifest.format} model", hint="quantize a GGUF model")
+    if not manifest.files_present():
+        raise QuantizeError(f"the files of {manifest.name} are missing or changed: {manifest.path}", hint="pull again")
+    if len(manifest.files) > 1:
+        raise QuantizeError(
+            f"{manifest.name} is split into {len(manifest.files)} GGUF files; the quantizer reads one here",
+            hint="merge the parts first (llama-gguf-split --merge)",
+        )
+    file_type, quantized = _file_type(manifest.path)
+    return Source(manifest.name, manifest.path, manifest.source, manifest.files[0].sha256, file_type, quantized)
+
+
+def _reader(path: Path) -> gguf.GGUFReader:
+    try:
+        return gguf.GGUFReader(path)
+    except (OSError, ValueError) as exc:
+        raise QuantizeError(f"{path} cannot be read as GGUF: {exc}", hint="is it a complete GGUF file?") from exc
+
+
+def _file_type(path: Path) -> tuple[str | None, bool]:
+    """The most common type of the file's matrices, and whether any matrix is quantized."""
+    reader = _reader(path)
+    counts: dict[str, int] = {}
+    quantized = False
+    for tensor in reader.tensors:
+        if len(tensor.shape) >= 2:
+            counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+            quantized = quantized or tensor.tensor_type not in _FLOAT_TYPES
+    return (max(counts, key=lambda k: counts[k]) if counts else None), quantized
+
+
+def estimate_size(path: Path, options: Options) -> int:
+    """Bytes the quantized file will take, nominally: the matrices at the type's bits per weight (or its fallback
+    for rows that are not a multiple of 256; the output head and token embeddings at Q6_K or better, as
+    llama.cpp keeps them unless ``pure``), vectors in F32, and the source's metadata."""
+    reader = _reader(path)
+    fallback = fallback_bpw(options.type)
+    total = int(reader.tensors[0].data_offset) if reader.tensors else 0
+    for tensor in reader.tensors:
+        n = int(tensor.n_elements)
+        odd_rows = int(tensor.shape[0]) % 256 != 0  # GGUF's first dimension is the row length
+        bpw = fallback if odd_rows and fallback is not None else options.type.bpw
+        if tensor.name in ("output.weight", "token_embd.weight") and not options.pure:
+            bpw = max(bpw, 8.5 if odd_rows else 6.5625)
+        if len(tensor.shape) < 2:
+            bpw = 32.0
+        elif tensor.name == "output.weight" and options.output_tensor_type:
+            bpw = tensor_bpw(options.output_tensor_type)
+        elif tensor.name == "token_embd.weight" and options.token_embedding_type:
+            bpw = tensor_bpw(options.token_embedding_type)
+        total += int(n * bpw / 8)
+    return total
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the file system of ``path`` (or of its nearest existing parent)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def quantize_model(
+    store: ModelStore,
+    models: ModelSource,
+    ref: str,
+    options: Options,
+    *,
+    name: str | None = None,
+    progress: ProgressSink = ignore_progress,
+) -> Quantized:
+    """Quantize ``ref`` and register the result as ``name`` (default ``<source>-<TYPE>``).
+
+    Raises QuantizeError (bad source, a quantized source without ``allow_requantize``, a taken name, a type that
+    needs an importance matrix, too little disk, a quantizer failure); KeyboardInterrupt passes through after the
+    worker is killed and its output deleted.
+    """
+    started = time.monotonic()
+    if options.type.needs_imatrix:
+        raise QuantizeError(
+            f"{options.type.name} needs an importance matrix, which localinfer cannot compute yet",
+            hint="choose IQ2_M, IQ3_XXS, Q2_K or a larger type, or run llama-quantize --imatrix",
+        )
+    output_type = _tensor_type(options.output_tensor_type, "--output-tensor-type")
+    embedding_type = _tensor_type(options.token_embedding_type, "--token-embedding-type")
+    source = resolve_source(models, ref)
+    if source.quantized and not options.allow_requantize:
+        raise QuantizeError(
+            f"{source.name} is already quantized ({source.file_type}); quantizing it again compounds the loss",
+            hint="start from an F16, BF16 or F32 GGUF, or pass --allow-requantize to do it anyway",
+        )
+    name = name or f"{source.name}-{options.type.name}"
+    try:
+        validate_name(name)
+    except PullError as exc:
+        raise QuantizeError(exc.message, hint=exc.hint) from exc
+    if store.get(name) is not None:
+        raise QuantizeError(f"'{name}' is already a model here", hint=f"choose another --name, or 'rm {name}' first")
+    estimate = estimate_size(source.path, options)
+    free = free_bytes(store.root)
+    if free < estimate * _MARGIN:
+        raise QuantizeError(
+            f"not enough disk space: the {options.type.name} file needs about {estimate / 1e6:.0f} MB and "
+            f"{free / 1e6:.0f} MB are free under {store.root}",
+            hint="free some space (localinfer rm MODEL) or set LOCALINFER_HOME to a larger disk",
+        )
+    progress(ProgressEvent(f"quantizing {source.name} to {options.type.name} (about {estimate / 1e6:.0f} MB)"))
+    store.tmp_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="quantize-", dir=store.tmp_dir))
+    try:
+        output = work / "model.gguf"
+        job = {
+            "source": str(source.path),
+            "target": str(output),
+            "ftype": options.type.ftype,
+            "threads": options.threads,
+            "allow_requantize": options.allow_requantize,
+            "pure": options.pure,
+            "output_tensor_type": output_type,
+            "token_embedding_type": embedding_type,
+        }
+        _run_worker(job, work / "worker.log", options.type.name, progress)
+        progress(ProgressEvent(f"registering {name}"))
+        manifest = _install(store, output, name, source, options)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return Quantized(manifest, source, estimate, time.monotonic() - started)
+
+
+def _tensor_type(text: str | None, option: str) -> int | None:
+    return None if text is None else parse_tensor_type(text, option)
+
+
+def _run_worker(job: dict[str, object], log_path: Path, type_name: str, progress: ProgressSink) -> None:
+    """Run the quantizer in a child process, reporting tensors done from its log; kill it on any exception."""
+    status = f"quantizing to {type_name}"
+    with log_path.open("wb") as log_file:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "localinfer.quantize.worker", json.dumps(job)],
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        with log_path.open("rb") as log_reader:
+            tail = b""
+            while True:
+                returncode = child.poll()
+                tail = (tail + log_reader.read())[-4096:]
+                found = _TENSOR_LINE.findall(tail)
+                if found:
+                    done, total = (int(n) for n in found[-1])
+                    progress(ProgressEvent(status, total=total, completed=done, unit="tensors"))
+                if returncode is not None:
+                    break
+                time.sleep(_POLL_S)
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    if returncode != 0:
+        raise QuantizeError(
+            f"llama.cpp's quantizer failed: {_last_error(log_path)}",
+            hint="check that the source loads (localinfer show SOURCE), or try another type",
+        )
+
+
+def _last_error(log_path: Path) -> str:
+    lines = [line.strip() for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    errors = [line for line in lines if "failed" in line or "error" in line.lower()]
+    return (errors or lines or ["no message"])[-1]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _install(store: ModelStore, output: Path, name: str, source: Source, options: Options) -> Manifest:
+    """Move the file into the store's blobs with one rename, then record its lineage and register it."""
+    sha256 = _sha256(output)
+    blob = store.blob_path(sha256)
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    existed = blob.exists()
+    os.replace(output, blob)
+    manifest = Manifest(
+        name=name,
+        source=f"quantize:{source.origin}",
+        format="gguf",
+        files=(ModelFile(path=blob, size=blob.stat().st_size, sha256=sha256),),
+        quantization=options.type.name,
+        created=int(time.time()),
+    )
+    lineage = Lineage(
+        source_name=source.name,
+        source=source.origin,
+        source_sha256=source.sha256,
+        source_type=source.file_type,
+        type=options.type.name,
+        requantized=source.quantized,
+        options={
+            "output_tensor_type": options.output_tensor_type,
+            "token_embedding_type": options.token_embedding_type,
+            "pure": options.pure,
+        },
+    )
+    try:
+        write_lineage(store, sha256, lineage)
+        store.register(manifest)
+    except BaseException:
+        if not existed:
+            with contextlib.suppress(OSError):
+                blob.unlink()
+        raise
+    return manifest
