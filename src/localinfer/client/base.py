@@ -25,6 +25,28 @@ class LoadedModelStatus:
     pinned: bool = False  # never unloaded for room or by keep-alive
     in_flight: int = 0  # requests running on it now
     expires_in: float | None = None  # seconds until its keep-alive unloads it; None: in use, pinned or for good
+    vram_bytes: int = 0  # the part of memory_bytes on GPUs
+
+    def until(self, *, exact: bool = True) -> str:
+        """When it is unloaded if no request comes, in ``ollama ps``'s words; minutes rounded up unless ``exact``."""
+        if self.pinned:
+            return "pinned"
+        if self.in_flight:
+            return f"in use ({self.in_flight})"
+        if self.expires_in is None:
+            return "forever"
+        seconds = round(self.expires_in)
+        if not exact:
+            return f"{-(-seconds // 60)} min" if seconds >= 60 else f"{seconds} s"
+        return f"in {seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"in {seconds} s"
+
+    def placement(self) -> str:
+        """Where its memory is, as ``ollama ps`` says it: ``100% CPU``, ``100% GPU`` or ``30%/70% CPU/GPU``."""
+        total = self.memory_bytes or self.size_bytes
+        gpu = round(100 * self.vram_bytes / total) if total else 0
+        if gpu <= 0:
+            return "100% CPU"
+        return "100% GPU" if gpu >= 100 else f"{100 - gpu}%/{gpu}% CPU/GPU"
 
 
 @dataclass(frozen=True)

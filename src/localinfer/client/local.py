@@ -12,6 +12,7 @@ import psutil
 from localinfer.client.base import ClientStatus, LoadedModelStatus
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
+from localinfer.engine.memory import RAM
 from localinfer.errors import ServerShuttingDown
 from localinfer.models.hub import HubClient
 from localinfer.models.library import ModelLibrary
@@ -125,6 +126,7 @@ class LocalClient:
                 gpu_layers=m.facts.gpu_layers,
                 size_bytes=m.facts.model_bytes,
                 memory_bytes=sum(m.need.values()),
+                vram_bytes=sum(size for device, size in m.need.items() if device != RAM),
                 pinned=m.pinned,
                 in_flight=m.in_flight,
                 expires_in=m.expires_in,

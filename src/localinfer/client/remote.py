@@ -189,6 +189,7 @@ class HttpClient:
                 gpu_layers=int(m.get("gpu_layers") or 0),
                 size_bytes=int(m.get("size_bytes") or 0),
                 memory_bytes=int(m.get("memory_bytes") or 0),
+                vram_bytes=int(m.get("vram_bytes") or 0),
                 pinned=bool(m.get("pinned")),
                 in_flight=int(m.get("in_flight") or 0),
                 expires_in=m.get("expires_in"),

@@ -27,7 +27,7 @@ from tests.app.tui.conftest import AppFactory, register, wait_for
 SIZES = [(80, 24), (120, 40)]
 STATUS = ClientStatus(
     where="in-process",
-    loaded=(LoadedModelStatus("smollm2", "llamacpp", 2048, 1, threads=2, size_bytes=98_000_000),),
+    loaded=(LoadedModelStatus("smollm2", "llamacpp", 2048, 1, threads=2, size_bytes=98_000_000, expires_in=300.0),),
     memory_used=512_000_000,
     memory_total=24_000_000_000,
     memory_available=20_000_000_000,

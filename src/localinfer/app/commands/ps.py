@@ -55,30 +55,19 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def until(model: LoadedModelStatus) -> str:
-    """When ``model`` is unloaded, in ``ollama ps``'s words."""
-    if model.pinned:
-        return "pinned"
-    if model.in_flight:
-        return f"in use ({model.in_flight})"
-    if model.expires_in is None:
-        return "forever"
-    seconds = round(model.expires_in)
-    return f"in {seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"in {seconds} s"
-
-
 def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
     if not models:
         return "no model is loaded"
-    header = ("NAME", "MEMORY", "BACKEND", "CONTEXT", "SLOTS", "UNTIL")
+    header = ("NAME", "MEMORY", "PROCESSOR", "BACKEND", "CONTEXT", "SLOTS", "UNTIL")
     rows = [
         (
             m.name,
             f"{(m.memory_bytes or m.size_bytes) / _MB:.0f} MB",
+            m.placement(),
             m.backend + (f" ({m.gpu_layers} GPU layers)" if m.gpu_layers else ""),
             str(m.context_length),
             str(m.slots),
-            until(m),
+            m.until(),
         )
         for m in models
     ]

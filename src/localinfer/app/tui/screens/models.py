@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Footer, Input, Label, ProgressBar, Static
 from localinfer.app.tui.host import TuiHost
 from localinfer.app.tui.screens.dialogs import ConfirmScreen
 from localinfer.app.tui.widgets.status import StatusBar
+from localinfer.client.base import LoadedModelStatus
 from localinfer.config import STARTER_MODEL
 from localinfer.errors import LocalInferError
 from localinfer.progress import ProgressEvent
@@ -27,8 +28,13 @@ def size_text(n: int) -> str:
     return f"{n / 1000 / _MB:.1f} GB" if n >= 1000 * _MB else f"{n / _MB:.0f} MB"
 
 
-def state_text(model: ModelInfo) -> str:
-    return "loaded" if model.loaded else "loading…" if model.loading else ""
+def state_text(model: ModelInfo, status: LoadedModelStatus | None = None) -> str:
+    """``loaded`` (with its memory and when its keep-alive unloads it, once the status says), or ``loading…``."""
+    if not model.loaded:
+        return "loading…" if model.loading else ""
+    if status is None:
+        return "loaded"
+    return f"loaded · {size_text(status.memory_bytes or status.size_bytes)} · {status.until(exact=False)}"
 
 
 class ModelsScreen(Screen[None]):
@@ -81,13 +87,15 @@ class ModelsScreen(Screen[None]):
         table = self.query_one("#models-table", DataTable)
         row = table.cursor_row
         table.clear()
+        status = self.li_app.last_status
+        loaded = {m.name: m for m in status.loaded} if status is not None else {}
         for m in self.models:
             table.add_row(
                 m.name,
                 size_text(m.size_bytes),
                 m.quantization or "?",
                 str(m.context_length or "?"),
-                state_text(m),
+                state_text(m, loaded.get(m.name)),
                 key=m.name,
             )
         if self.models:
