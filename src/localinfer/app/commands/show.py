@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from localinfer.app.commands.lineage import lineage_json, lineage_text
 from localinfer.app.commands.render import row, section
 from localinfer.config import Settings
 from localinfer.errors import LocalInferError
@@ -52,7 +53,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if folder is None:
         info = read_gguf_info(manifest.path)
-        print(json.dumps(as_json(manifest, info), indent=2) if args.json else render(manifest, info))
+        if args.json:
+            print(json.dumps(as_json(manifest, info) | lineage_json(settings, manifest), indent=2))
+        else:
+            print(render(manifest, info) + lineage_text(settings, manifest))
     else:
         print(json.dumps(folder_as_json(manifest, folder), indent=2) if args.json else render_folder(manifest, folder))
     return 0
