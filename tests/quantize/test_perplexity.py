@@ -96,3 +96,26 @@ def test_a_text_too_short_is_one_line_with_a_hint(
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("localinfer: the text has ") and "needs at least 1024" in err[0]
     assert err[1] == "hint: pass a longer --text or a smaller --ctx"
+
+
+def test_smaller_types_lose_more_q8_0_then_q4_k_m_then_q2_k(smollm2_f16: Path, tmp_path: Path) -> None:
+    """Each quantization of the F16 source loads and writes text, and its KLD from the source grows, and its
+    same-top-token share falls, from Q8_0 to Q4_K_M to Q2_K."""
+    from llama_cpp import Llama
+
+    store = ModelStore(tmp_path / "models")
+    kld: list[float] = []
+    same_top: list[float] = []
+    for name in ("Q8_0", "Q4_K_M", "Q2_K"):
+        path = quantize_model(store, store, str(smollm2_f16), Options(type=parse_type(name))).manifest.path
+        llm = Llama(str(path), n_ctx=128, verbose=False)
+        try:
+            answer = llm.create_completion("The capital of France is", max_tokens=8, temperature=0)
+        finally:
+            llm.close()
+        assert isinstance(answer, dict) and answer["choices"][0]["text"].strip(), name
+        divergence = measure(path, default_text(), base=smollm2_f16, ctx=CTX, chunks=CHUNKS).divergence
+        assert divergence is not None
+        kld.append(divergence.kld_mean)
+        same_top.append(divergence.same_top)
+    assert kld == sorted(kld) and same_top == sorted(same_top, reverse=True)
