@@ -4,6 +4,7 @@ of error and leaves no file and no manifest."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import gguf
@@ -16,6 +17,7 @@ from localinfer.progress import ProgressEvent
 from localinfer.quantize import gguf as quantize_gguf
 from localinfer.quantize.gguf import Options, estimate_size, quantize_model
 from localinfer.quantize.types import parse_type
+from tests.quantize.conftest import llama_tool
 
 pytestmark = pytest.mark.model
 
@@ -143,3 +145,16 @@ def test_types_are_case_insensitive_with_llama_quantizes_aliases() -> None:
     assert parse_type("q4_k_m").name == "Q4_K_M"
     assert parse_type("Q4_K").name == "Q4_K_M"
     assert parse_type("bf16").ftype == 32
+
+
+@pytest.mark.parametrize("type_name", ["Q4_K_M", "Q2_K"])
+def test_our_file_has_llama_quantizes_tensor_types_and_size(smollm2_f16: Path, tmp_path: Path, type_name: str) -> None:
+    binary = llama_tool("llama-quantize")
+    if binary is None:
+        pytest.skip("llama-quantize is not built here: run bench/build-llama-cpp to compare with it")
+    theirs = tmp_path / "theirs.gguf"
+    subprocess.run([str(binary), str(smollm2_f16), str(theirs), type_name], capture_output=True, check=True)
+    store = ModelStore(tmp_path / "models")
+    ours = quantize_model(store, store, str(smollm2_f16), Options(type=parse_type(type_name))).manifest.path
+    assert tensor_types(ours) == tensor_types(theirs)
+    assert ours.stat().st_size == theirs.stat().st_size
