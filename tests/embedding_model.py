@@ -11,73 +11,24 @@ the original's sha256 and this derivation's version, so a changed original deriv
 
 from __future__ import annotations
 
-import hashlib
-import os
-import time
 from pathlib import Path
 
-import gguf
-
-from localinfer.models.store import Manifest, ModelFile, ModelStore
+from localinfer.models.store import Manifest, ModelStore
+from tests.derived_gguf import architecture, copy_with_keys, derived_once
 
 NAME = "smollm2-embed"
 VERSION = 1
 POOLING_LAST = 3  # llama.cpp's LLAMA_POOLING_TYPE_LAST
 
 
-def _source(original: Manifest) -> str:
-    digest = original.files[0].sha256 or f"{original.path}:{original.size}"
-    return f"derived:{original.source}#sha256={digest}+pooling-last-v{VERSION}"
-
-
 def write_pooling_copy(original: Path, target: Path, pooling: int = POOLING_LAST) -> None:
     """Write ``original`` to ``target`` with ``<arch>.pooling_type`` set to ``pooling``."""
-    reader = gguf.GGUFReader(original)
-    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
-    key = f"{arch}.pooling_type"
-    writer = gguf.GGUFWriter(target, arch, endianess=reader.endianess)
-    for field in reader.fields.values():
-        if field.name in (gguf.Keys.General.ARCHITECTURE, key) or field.name.startswith("GGUF."):
-            continue  # the writer writes these itself; the pooling is ours
-        kind = field.types[0]
-        sub_type = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub_type)
-    writer.add_uint32(key, pooling)
-    for tensor in reader.tensors:
-        writer.add_tensor_info(
-            tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type
-        )
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for tensor in reader.tensors:
-        writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
-    writer.close()
+    copy_with_keys(original, target, {f"{architecture(original)}.pooling_type": pooling})
 
 
 def embedding_model_once(original: Manifest, store: ModelStore) -> Manifest:
     """The last-pooling copy of ``original`` registered in ``store`` as ``smollm2-embed``, derived when it is
     missing or was derived from another file or version."""
-    source = _source(original)
-    found = store.get(NAME)
-    if found is not None and found.source == source and found.files_present():
-        return found
-    with store.partial_file() as partial:
-        write_pooling_copy(original.path, partial)
-        sha = hashlib.sha256()
-        with partial.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                sha.update(block)
-        blob = store.blob_path(sha.hexdigest())
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(partial, blob)
-    manifest = Manifest(
-        name=NAME,
-        source=source,
-        format="gguf",
-        files=(ModelFile(path=blob, size=blob.stat().st_size, sha256=sha.hexdigest()),),
-        quantization=original.quantization,
-        created=int(time.time()),
+    return derived_once(
+        original, store, NAME, f"pooling-last-v{VERSION}", lambda target: write_pooling_copy(original.path, target)
     )
-    store.register(manifest)
-    return manifest

@@ -13,14 +13,12 @@ mapping's version, so a changed original or mapping derives it again.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import time
 from pathlib import Path
 
 import gguf
 
-from localinfer.models.store import Manifest, ModelFile, ModelStore
+from localinfer.models.store import Manifest, ModelStore
+from tests.derived_gguf import copy_with_keys, derived_once
 
 NAME = "smollm2-fim"
 MAPPING_VERSION = 1
@@ -33,11 +31,6 @@ FIM_TOKENS: dict[str, str] = {
     "fim_rep": "<repo_name>",
     "fim_sep": "<file_sep>",
 }
-
-
-def _source(original: Manifest) -> str:
-    digest = original.files[0].sha256 or f"{original.path}:{original.size}"
-    return f"derived:{original.source}#sha256={digest}+fim-v{MAPPING_VERSION}"
 
 
 def _token_ids(reader: gguf.GGUFReader) -> dict[str, int]:
@@ -54,54 +47,14 @@ def _token_ids(reader: gguf.GGUFReader) -> dict[str, int]:
 
 def write_fim_copy(original: Path, target: Path) -> dict[str, int]:
     """Write ``original`` to ``target`` with the FIM token ids added; returns them by role."""
-    reader = gguf.GGUFReader(original)
-    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
-    ids = _token_ids(reader)
-    writer = gguf.GGUFWriter(target, arch, endianess=reader.endianess)
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue  # the writer writes these itself
-        kind = field.types[0]
-        sub_type = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub_type)
-    for role, token in ids.items():
-        writer.add_uint32(f"tokenizer.ggml.{role}_token_id", token)
-    for tensor in reader.tensors:
-        writer.add_tensor_info(
-            tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type
-        )
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for tensor in reader.tensors:
-        writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
-    writer.close()
+    ids = _token_ids(gguf.GGUFReader(original))
+    copy_with_keys(original, target, {f"tokenizer.ggml.{role}_token_id": token for role, token in ids.items()})
     return ids
 
 
 def fim_model_once(original: Manifest, store: ModelStore) -> Manifest:
     """The FIM copy of ``original`` registered in ``store`` as ``smollm2-fim``, derived when it is missing or was
     derived from another file or mapping."""
-    source = _source(original)
-    found = store.get(NAME)
-    if found is not None and found.source == source and found.files_present():
-        return found
-    with store.partial_file() as partial:
-        write_fim_copy(original.path, partial)
-        sha = hashlib.sha256()
-        with partial.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                sha.update(block)
-        blob = store.blob_path(sha.hexdigest())
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(partial, blob)
-    manifest = Manifest(
-        name=NAME,
-        source=source,
-        format="gguf",
-        files=(ModelFile(path=blob, size=blob.stat().st_size, sha256=sha.hexdigest()),),
-        quantization=original.quantization,
-        created=int(time.time()),
+    return derived_once(
+        original, store, NAME, f"fim-v{MAPPING_VERSION}", lambda target: write_fim_copy(original.path, target)
     )
-    store.register(manifest)
-    return manifest

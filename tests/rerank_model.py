@@ -25,15 +25,12 @@ changed original or derivation derives them again.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import gguf
 
-from localinfer.models.store import Manifest, ModelFile, ModelStore
+from localinfer.models.store import Manifest, ModelStore
+from tests.derived_gguf import Value, copy_with_keys, derived_once
 
 NAME = "smollm2-rerank"
 TEMPLATE_NAME = "smollm2-rerank-template"
@@ -45,13 +42,6 @@ RERANK_TEMPLATE = (
     'answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n<Query>: {query}\n<Document>: {document}'
     "<|im_end|>\n<|im_start|>assistant\n"
 )
-
-Value = bool | int | str
-
-
-def _source(original: Manifest, name: str) -> str:
-    digest = original.files[0].sha256 or f"{original.path}:{original.size}"
-    return f"derived:{original.source}#sha256={digest}+{name}-v{VERSION}"
 
 
 def _token_id(reader: gguf.GGUFReader, text: str) -> int:
@@ -77,57 +67,14 @@ def write_reranker_copy(original: Path, target: Path, name: str = NAME) -> dict[
     ``TEMPLATE_NAME``); returns the keys set beside the pooling."""
     reader = gguf.GGUFReader(original)
     arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
-    keys: Mapping[str, Value] = {f"{arch}.pooling_type": POOLING_RANK, **_keys(reader, name)}
-    writer = gguf.GGUFWriter(target, arch, endianess=reader.endianess)
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF.") or field.name in keys:
-            continue  # the writer writes these itself; the others are ours
-        kind = field.types[0]
-        sub_type = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub_type)
-    for key, value in keys.items():
-        if isinstance(value, bool):
-            writer.add_bool(key, value)
-        elif isinstance(value, int):
-            writer.add_uint32(key, value)
-        else:
-            writer.add_string(key, value)
-    for tensor in reader.tensors:
-        writer.add_tensor_info(
-            tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type
-        )
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for tensor in reader.tensors:
-        writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
-    writer.close()
-    return dict(keys)
+    keys = _keys(reader, name)
+    copy_with_keys(original, target, {f"{arch}.pooling_type": POOLING_RANK, **keys})
+    return keys
 
 
 def reranker_model_once(original: Manifest, store: ModelStore, name: str = NAME) -> Manifest:
     """``name``'s reranker copy of ``original`` (``NAME`` or ``TEMPLATE_NAME``) registered in ``store``, derived
     when it is missing or was derived from another file or version."""
-    source = _source(original, name)
-    found = store.get(name)
-    if found is not None and found.source == source and found.files_present():
-        return found
-    with store.partial_file() as partial:
-        write_reranker_copy(original.path, partial, name)
-        sha = hashlib.sha256()
-        with partial.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                sha.update(block)
-        blob = store.blob_path(sha.hexdigest())
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(partial, blob)
-    manifest = Manifest(
-        name=name,
-        source=source,
-        format="gguf",
-        files=(ModelFile(path=blob, size=blob.stat().st_size, sha256=sha.hexdigest()),),
-        quantization=original.quantization,
-        created=int(time.time()),
+    return derived_once(
+        original, store, name, f"{name}-v{VERSION}", lambda target: write_reranker_copy(original.path, target, name)
     )
-    store.register(manifest)
-    return manifest

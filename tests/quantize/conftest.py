@@ -9,7 +9,6 @@ source whose quantizations lose something measurable.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 from pathlib import Path
 
@@ -31,16 +30,6 @@ def smollm2_f16(smollm2: Manifest, tmp_path_factory: pytest.TempPathFactory) -> 
     path = folder / "smollm2-f16.gguf"
     os.replace(blob, path)
     return path
-
-
-def llama_tool(name: str) -> Path | None:
-    """A llama.cpp tool (llama-perplexity, llama-quantize) where bench/build-llama-cpp caches its builds for the
-    llama-cpp-python version installed; None when it is not built."""
-    default_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "localinfer" / "build"
-    cache = Path(os.environ.get("LOCALINFER_BUILD_CACHE") or default_cache)
-    version = importlib.metadata.version("llama_cpp_python")
-    found = sorted(p for p in cache.glob(f"llama.cpp/{version}-*/bin/{name}") if os.access(p, os.X_OK))
-    return found[0] if found else None
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from localinfer.models.store import ModelStore
 from localinfer.quantize.gguf import Options, quantize_model
 from localinfer.quantize.perplexity import default_text, measure
 from localinfer.quantize.types import parse_type
-from tests.quantize.conftest import llama_tool
+from tests.llama_cpp_tools import llama_tool
 
 pytestmark = pytest.mark.model
 

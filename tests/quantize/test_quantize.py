@@ -17,7 +17,7 @@ from localinfer.progress import ProgressEvent
 from localinfer.quantize import gguf as quantize_gguf
 from localinfer.quantize.gguf import Options, estimate_size, quantize_model
 from localinfer.quantize.types import parse_type
-from tests.quantize.conftest import llama_tool
+from tests.llama_cpp_tools import llama_tool
 
 pytestmark = pytest.mark.model
 

@@ -12,10 +12,6 @@ batch, whatever was asked before.
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +20,8 @@ import httpx
 import pytest
 
 from localinfer.models.store import Manifest
-from tests.app.server.conftest import Server, free_port, serving
+from tests.app.server.conftest import Server, serving
+from tests.llama_cpp_tools import llama_server
 
 pytestmark = pytest.mark.model
 
@@ -49,58 +46,19 @@ REQUESTS: list[dict[str, Any]] = [
 SETTINGS = {"n_predict": 24, "temperature": 0, "cache_prompt": False}
 
 
-def llama_server_binary() -> Path | None:
-    """llama-server as bench/build-llama-cpp caches it for the llama-cpp-python version installed (or the one
-    ``LOCALINFER_LLAMA_SERVER`` names); None when it is not built."""
-    explicit = os.environ.get("LOCALINFER_LLAMA_SERVER")
-    if explicit:
-        return Path(explicit)
-    default_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "localinfer" / "build"
-    cache = Path(os.environ.get("LOCALINFER_BUILD_CACHE") or default_cache)
-    version = importlib.metadata.version("llama_cpp_python")
-    found = sorted(p for p in cache.glob(f"llama.cpp/{version}-*/bin/llama-server") if os.access(p, os.X_OK))
-    return found[0] if found else None
-
-
 @pytest.fixture(scope="module")
 def llama_server_answers(smollm2_fim: Manifest, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     """llama-server's /infill answers to REQUESTS; it runs only while they are asked, alone."""
-    binary = llama_server_binary()
-    if binary is None:
-        pytest.skip("llama-server is not built here: run bench/build-llama-cpp (about 5 minutes) to compare with it")
-    port = free_port()
-    log = tmp_path_factory.mktemp("llama-server") / "llama-server.log"
-    command = [str(binary), "-m", str(smollm2_fim.path), "--host", "127.0.0.1", "--port", str(port)]
     # llama-server's own batch sizes (-b 2048 -ub 512), which are localinfer's too: the batch sizes the prefix and
     # the suffix an infill takes
-    command += ["-c", str(CTX), "-np", "1", "-fa", "on"]
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, f"llama-server exited:\n{log.read_text(errors='replace')}"
-            assert time.monotonic() < deadline, f"llama-server did not start:\n{log.read_text(errors='replace')}"
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+    settings = ("-c", str(CTX), "-np", "1", "-fa", "on")
+    with llama_server(smollm2_fim.path, tmp_path_factory.mktemp("llama-server"), *settings) as url:
         answers = []
         for body in REQUESTS:
             reply = httpx.post(f"{url}/infill", json={**body, **SETTINGS}, timeout=300)
             assert reply.status_code == 200, reply.text
             answers.append(reply.json())
         return answers
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="module")

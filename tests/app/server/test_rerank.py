@@ -12,8 +12,6 @@ two documents. With it on both score bit for bit the same.
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,8 @@ import pytest
 
 from localinfer.app.server.core.dialect import Dialect, dialect_for
 from localinfer.models.store import Manifest
-from tests.app.server.conftest import Server, free_port, serving
-from tests.app.server.test_infill_parity import llama_server_binary
+from tests.app.server.conftest import Server, serving
+from tests.llama_cpp_tools import llama_server
 
 pytestmark = pytest.mark.model
 
@@ -81,41 +79,15 @@ def rerankers(smollm2_rerank: Manifest, smollm2_rerank_template: Manifest, smoll
 @pytest.fixture(scope="module")
 def llama_server_answers(rerankers: list[Manifest], tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
     """llama-server's /v1/rerank answers to REQUESTS, by model; each llama-server runs only while it is asked."""
-    binary = llama_server_binary()
-    if binary is None:
-        pytest.skip("llama-server is not built here: run bench/build-llama-cpp (about 5 minutes) to compare with it")
     answers: dict[str, list[Any]] = {}
     for manifest in rerankers:
-        port = free_port()
-        log = tmp_path_factory.mktemp("llama-server") / "llama-server.log"
-        command = [str(binary), "-m", str(manifest.path), "--host", "127.0.0.1", "--port", str(port), "--reranking"]
-        command += ["-c", str(CTX), "-np", "1", "-fa", "on"]
-        with log.open("wb") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert process.poll() is None, f"llama-server exited:\n{log.read_text(errors='replace')}"
-                assert time.monotonic() < deadline, f"llama-server did not start:\n{log.read_text(errors='replace')}"
-                try:
-                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.2)
+        settings = ("--reranking", "-c", str(CTX), "-np", "1", "-fa", "on")
+        with llama_server(manifest.path, tmp_path_factory.mktemp("llama-server"), *settings) as url:
             answers[manifest.name] = []
             for body in REQUESTS:
                 reply = httpx.post(f"{url}/v1/rerank", json=body, timeout=300)
                 assert reply.status_code == 200, reply.text
                 answers[manifest.name].append(reply.json())
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
     return answers
 
 
