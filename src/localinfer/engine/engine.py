@@ -387,14 +387,21 @@ class Engine:
         """Unload ``model`` if it is loaded or loading (False when it was not); requests in flight end with an error."""
         return await self._scheduler.unload(model)
 
-    async def chat(self, request: ChatRequest) -> TokenStream:
+    async def _on_model(
+        self, request: ChatRequest | CompletionRequest | InfillRequest, stream: Callable[[Runner, float], TokenStream]
+    ) -> TokenStream:
+        """``stream(runner, started)``'s chunks, the request counted in flight on its model (loaded first when it
+        is not) until the stream ends; ``started``: when the request reached the engine (``time.perf_counter()``)."""
         started = time.perf_counter()
         async with (
             self._using(request.model, keep_alive=request.keep_alive) as runner,
-            aclosing(self._chat(runner, request, started)) as chunks,
+            aclosing(stream(runner, started)) as chunks,
         ):
             async for chunk in chunks:
                 yield chunk
+
+    def chat(self, request: ChatRequest) -> TokenStream:
+        return self._on_model(request, lambda runner, started: self._chat(runner, request, started))
 
     async def _chat(self, runner: Runner, request: ChatRequest, started: float) -> TokenStream:
         if runner.template is None:
@@ -416,14 +423,8 @@ class Engine:
             async for chunk in chunks:
                 yield chunk
 
-    async def complete(self, request: CompletionRequest) -> TokenStream:
-        started = time.perf_counter()
-        async with (
-            self._using(request.model, keep_alive=request.keep_alive) as runner,
-            aclosing(self._complete(runner, request, started)) as chunks,
-        ):
-            async for chunk in chunks:
-                yield chunk
+    def complete(self, request: CompletionRequest) -> TokenStream:
+        return self._on_model(request, lambda runner, started: self._complete(runner, request, started))
 
     async def _complete(self, runner: Runner, request: CompletionRequest, started: float) -> TokenStream:
         if request.tokens and not runner.backend.capabilities.token_prompts:
@@ -441,18 +442,12 @@ class Engine:
             async for chunk in chunks:
                 yield chunk
 
-    async def infill(self, request: InfillRequest) -> TokenStream:
+    def infill(self, request: InfillRequest) -> TokenStream:
         """Fill in the text between ``request.prefix`` and ``request.suffix`` with the model's own FIM tokens, the
         prompt laid out as llama-server lays it out (``engine/infill.py``). Raises, before the first chunk,
         InvalidRequest when the model declares no FIM tokens and ContextLengthExceeded when the prompt does not
         fit."""
-        started = time.perf_counter()
-        async with (
-            self._using(request.model, keep_alive=request.keep_alive) as runner,
-            aclosing(self._infill(runner, request, started)) as chunks,
-        ):
-            async for chunk in chunks:
-                yield chunk
+        return self._on_model(request, lambda runner, started: self._infill(runner, request, started))
 
     async def _infill(self, runner: Runner, request: InfillRequest, started: float) -> TokenStream:
         tokens = await infill_tokens(_able(runner, "tokenize", "fill-in-the-middle"), request)
