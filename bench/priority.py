@@ -8,7 +8,7 @@ the median and p95 latency of each, their ratio, and how many chat requests comp
 starved: it loses only the slots the keystrokes take).
 
 Usage: .venv/bin/python bench/priority.py --model PATH_TO_FIM.gguf [--threads 2] [--chat-clients 8]
-       [--keystrokes 20] [--chat-tokens 96]
+       [--keystrokes 20] [--chat-tokens 96] [--chat-notes 100]
 """
 
 from __future__ import annotations
@@ -37,16 +37,19 @@ PREFIX = "import math\n\n\ndef norm(values):\n    "
 SUFFIX = "\n\n\ndef main():\n    print(norm([3, 4]))\n"
 
 
-def chat_client(url: str, tokens: int, stop: threading.Event, done: list[int], number: int) -> None:
-    body = {
-        "messages": [{"role": "user", "content": f"Tell story number {number} about a lighthouse keeper."}],
-        "max_tokens": tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
+def chat_client(url: str, tokens: int, stop: threading.Event, done: list[int], number: int, notes: int) -> None:
+    """Greedy chat completions back to back; each prompt starts with a new line, so none reuses a cached prompt."""
+    keeper = "The keeper climbed the stairs, lit the lamp and wrote it down. " * notes
     with httpx.Client(timeout=600.0) as client:
         while not stop.is_set():
+            ask = f"Request {number}.{len(done)}: {keeper}Tell story number {number} about a lighthouse keeper."
+            body = {
+                "messages": [{"role": "user", "content": ask}],
+                "max_tokens": tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+                "stream": True,
+            }
             with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
                 response.raise_for_status()
                 for _ in response.iter_lines():
@@ -69,11 +72,19 @@ def main() -> int:
     parser.add_argument("--chat-clients", type=int, default=8)
     parser.add_argument("--keystrokes", type=int, default=20)
     parser.add_argument("--chat-tokens", type=int, default=96)
+    parser.add_argument(
+        "--chat-notes",
+        type=int,
+        default=0,
+        help="lengthen each chat prompt by this many 14-token sentences (long prompts: slots are often computing "
+        "a prompt, which a high-priority keystroke may take over)",
+    )
     args = parser.parse_args()
     install_sigterm_handler()
     port = free_port()
     command = [sys.executable, "-m", "localinfer.app.cli", "serve", str(args.model), "--port", str(port)]
-    command += ["--ctx-size", "1024", "--parallel", "4", "--threads", str(args.threads)]
+    ctx = 1024 + 16 * args.chat_notes
+    command += ["--ctx-size", str(ctx), "--parallel", "4", "--threads", str(args.threads)]
     latencies: dict[str, list[float]] = {"high": [], "normal": []}
     completed: list[int] = []
     stop = threading.Event()
@@ -82,7 +93,11 @@ def main() -> int:
         with httpx.Client(timeout=600.0) as client:
             keystroke(client, url, "", "high")  # warm-up
             chats = [
-                threading.Thread(target=chat_client, args=(url, args.chat_tokens, stop, completed, n), daemon=True)
+                threading.Thread(
+                    target=chat_client,
+                    args=(url, args.chat_tokens, stop, completed, n, args.chat_notes),
+                    daemon=True,
+                )
                 for n in range(args.chat_clients)
             ]
             for thread in chats:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -274,3 +274,129 @@ def test_a_free_slot_goes_to_the_highest_priority_then_to_the_longest_waiting() 
         decoder.turn()
     started = [job.request_id for job in decoder.started[1:]]
     assert started == ["4", "6", "2", "3", "1", "5"]
+
+
+class PrefillDecoder(Decoder):
+    """A decoder whose jobs first compute their prompt, ``chunk`` tokens a turn, then make one token a turn."""
+
+    def __init__(self, queue: JobQueue, slots: list[Slot], chunk: int) -> None:
+        super().__init__(queue, slots)
+        self.chunk = chunk
+        self.streaming: set[int] = set()  # jobs that have made a token: their slot must never be taken
+
+    def start(self, slot: Slot, job: Job) -> None:
+        assert slot.idle, "a job was started on a busy slot"
+        assert id(job) not in self.streaming, "a job that was streaming was started again"
+        slot.job = job
+        slot.to_prefill = list(job.prompt)
+        self.started.append(job)
+
+    def turn(self, before_step: Callable[[], None] = lambda: None) -> None:
+        assert self.queue.collect()
+        self.queue.dispatch(self.start, self.release)
+        before_step()
+        for slot in self.slots:
+            job = slot.job
+            if job is None:
+                continue
+            if slot.to_prefill:
+                slot.to_prefill = slot.to_prefill[self.chunk :]
+                continue
+            self.streaming.add(id(job))
+            job.generated += 1
+            if job.reached_max_tokens():
+                job.finish("length")
+                self.release(slot)
+
+
+def prioritised_job(index: int, rank: int, prompt_length: int, record: Record) -> TrackedJob:
+    job = new_job(index, 2, record, prompt=list(range(prompt_length)))
+    job.priority = rank
+    return job
+
+
+def test_a_keystroke_takes_the_slot_of_a_chat_prompt_still_being_computed() -> None:
+    """The only slot is computing a long chat prompt; a keystroke's completion (high) arrives: at the next turn
+    it has the slot, the chat waits first in line and starts again as soon as the slot is free. The chat yields
+    once: the next keystroke waits for the chat (a stream of keystrokes cannot hold it back for ever)."""
+    slots = [Slot(seq_id=0)]
+    queue = JobQueue(slots, max_queue=8)
+    decoder = PrefillDecoder(queue, slots, chunk=4)
+    chat, later_chat = Record(), Record()
+    chat_job = prioritised_job(0, 1, 40, chat)
+    queue.submit(chat_job)
+    decoder.turn()
+    decoder.turn()  # 8 of its 40 prompt tokens computed
+    keystroke = Record()
+    queue.submit(prioritised_job(1, 2, 4, keystroke))
+    queue.submit(prioritised_job(2, 1, 4, later_chat))  # arrived after the first chat: it starts after it
+    decoder.turn()
+    assert slots[0].job is not None and slots[0].job.request_id == "1"
+    assert chat_job.yielded and not chat_job.closed and queue.waiting == 2
+    for _ in range(3):
+        decoder.turn()
+    assert keystroke.finished
+    decoder.turn()
+    assert slots[0].job is chat_job, "the chat that yielded is first in line again"
+    queue.submit(prioritised_job(3, 2, 4, Record()))
+    decoder.turn()
+    assert slots[0].job is chat_job, "a job yields once at most"
+    while queue.has_work():
+        decoder.turn()
+    assert chat.finished and later_chat.finished
+    assert [job.request_id for job in decoder.started] == ["0", "1", "0", "3", "2"]
+
+
+def test_a_reply_already_streaming_never_yields_and_equal_priorities_never_take_a_slot() -> None:
+    slots = [Slot(seq_id=0), Slot(seq_id=1)]
+    queue = JobQueue(slots, max_queue=8)
+    decoder = PrefillDecoder(queue, slots, chunk=100)
+    streaming = prioritised_job(0, 0, 4, Record())
+    streaming.max_tokens = 50
+    queue.submit(streaming)
+    decoder.turn()
+    decoder.turn()  # prompt done, generating
+    prefilling = prioritised_job(1, 1, 1000, Record())
+    queue.submit(prefilling)
+    decoder.turn()  # on the second slot, 100 of 1000 prompt tokens computed
+    queue.submit(prioritised_job(2, 1, 4, Record()))  # same priority as the prompt being computed: waits
+    decoder.turn()
+    assert [slot.job for slot in slots] == [streaming, prefilling]
+    queue.submit(prioritised_job(3, 2, 4, Record()))  # higher than both: takes the prompt's slot, not the stream's
+    decoder.turn()
+    assert slots[0].job is streaming and slots[1].job is not None and slots[1].job.request_id == "3"
+    assert prefilling.yielded and not streaming.yielded
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arrivals=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 2), st.integers(1, 30)), min_size=1, max_size=16),
+    n_slots=st.integers(1, 3),
+)
+def test_with_priorities_every_request_ends_and_none_yields_twice(
+    arrivals: list[tuple[int, int, int]], n_slots: int
+) -> None:
+    """Random arrivals (turn, priority, prompt length): every request ends, a streaming reply keeps its slot
+    (checked by the decoder), no job yields twice, and a slot never idles while a request waits."""
+    slots = [Slot(seq_id=i) for i in range(n_slots)]
+    queue = JobQueue(slots, max_queue=64)
+    decoder = PrefillDecoder(queue, slots, chunk=4)
+    records: list[Record] = []
+    jobs: list[TrackedJob] = []
+    starts: dict[int, int] = {}
+
+    def check() -> None:
+        assert queue.idle_slots() == 0 or queue.waiting == 0, "a slot idles while a request waits"
+
+    for turn in range(400):
+        arriving = [(index, rank, length) for index, (at, rank, length) in enumerate(arrivals) if at == turn]
+        for index, rank, length in arriving:
+            records.append(Record())
+            jobs.append(prioritised_job(index, rank, length, records[-1]))
+            queue.submit(jobs[-1])
+        if arriving or queue.has_work():  # else the loop would sleep until a request arrives
+            decoder.turn(before_step=check)
+    assert all(record.finished for record in records)
+    for job in decoder.started:
+        starts[id(job)] = starts.get(id(job), 0) + 1
+    assert all(count <= 2 for count in starts.values()), "a job yielded twice"

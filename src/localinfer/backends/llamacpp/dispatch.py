@@ -4,7 +4,8 @@ Requesters ``submit`` jobs from any thread; everything else runs on the inferenc
 step loop: ``collect`` takes what arrived (sleeping only when no slot is busy and no job waits, so a job can never
 be left waiting by a sleeping loop), then ``dispatch`` drops cancelled jobs and gives every free slot to the job
 of the highest priority that has waited longest (a keystroke's completion before queued chat, chat before batch
-work). Because ``dispatch`` runs after every step, whatever finished, was cancelled or arrived in
+work). When no slot is free, a job of higher priority takes the slot of one still computing its prompt, which
+yields between two steps (a step computes one micro-batch of prompt) and goes back in line. Because ``dispatch`` runs after every step, whatever finished, was cancelled or arrived in
 between, a slot never idles while a job waits.
 """
 
@@ -112,14 +113,38 @@ class JobQueue:
             if slot.job is not None and slot.job.cancelled:
                 release(slot)
         while self._waiting:
+            top = max(job.priority for job in self._waiting)
             free = [slot for slot in self._slots if slot.idle]
             if not free:
-                return
-            top = max(job.priority for job in self._waiting)
+                yielding = self._slot_to_yield(top)
+                if yielding is None:
+                    return
+                self._waiting.appendleft(yielding.yield_job())  # first in line of its priority
+                with self._lock:
+                    self._pending += 1
+                free = [yielding]
             job = next(job for job in self._waiting if job.priority == top)
             start(max(free, key=lambda s: (common_prefix(s.cached, job.prompt), -len(s.cached))), job)
             self._waiting.remove(job)  # only once started: a start that raises leaves it in line, for close()
             self._left_queue()
+
+    def _slot_to_yield(self, priority: int) -> Slot | None:
+        """The slot a job of ``priority`` may take when none is free: one still computing the prompt of a job of
+        lower priority (the lowest, then the one with most prompt left), which goes back in line and starts again
+        later from what its slot still caches. A job yields once at most, so a stream of keystrokes cannot hold
+        it back for ever; a job that is generating never yields (its reply is already streaming)."""
+        candidates = [
+            slot
+            for slot in self._slots
+            if slot.job is not None
+            and slot.job.priority < priority
+            and slot.to_prefill
+            and slot.next_token is None
+            and not slot.job.yielded
+        ]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda s: (s.job.priority if s.job is not None else 0, -len(s.to_prefill)))
 
     def close(self, error: GenerationFailed) -> None:
         """Refuse submissions from now on; fail and close every job that has no slot yet, arriving ones included."""

@@ -72,6 +72,7 @@ class Job:
     t_first_token: float = 0.0
     n_logprobs: int | None = None  # None: no log-probabilities; else each token's and this many most likely ones
     priority: int = 1  # PRIORITY_RANK: a higher one gets a free slot, and the prefill budget, first
+    yielded: bool = False  # it gave up its slot, mid-prompt, to a job of higher priority (once at most)
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
 
     def reached_max_tokens(self) -> bool:
@@ -133,6 +134,15 @@ class Slot:
     @property
     def idle(self) -> bool:
         return self.job is None
+
+    def yield_job(self) -> Job:
+        """Give up the job, mid-prompt, for one of higher priority: the prompt computed so far stays cached."""
+        job = self.job
+        assert job is not None and self.next_token is None, "only a job still computing its prompt yields"
+        job.yielded = True
+        self.job = None
+        self.to_prefill = []
+        return job
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

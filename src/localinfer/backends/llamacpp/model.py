@@ -89,6 +89,7 @@ class LlamaModel:
     n_seq_max: int
     threads: int = 0
     gpu_layers: int = 0
+    n_ubatch: int = 512  # what llama.cpp computes at once: a step's prompt tokens, so dispatch runs between them
 
     @property
     def n_swa(self) -> int:
@@ -142,7 +143,10 @@ class LlamaModel:
         n_layer = int(lc.llama_model_n_layer(model))
         offloaded = min(mparams.n_gpu_layers, n_layer + 1) if lc.llama_supports_gpu_offload() else 0
         n_batch = int(lc.llama_n_batch(ctx))  # llama.cpp caps it at the context
-        return cls(model, vocab, ctx, n_ctx, n_batch, parallel, threads, offloaded)
+        n_ubatch = int(lc.llama_n_ubatch(ctx))
+        return cls(
+            model, vocab, ctx, n_ctx, n_batch, parallel, threads=threads, gpu_layers=offloaded, n_ubatch=n_ubatch
+        )
 
     def free(self) -> None:
         if self.ctx:

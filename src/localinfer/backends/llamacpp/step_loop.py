@@ -155,7 +155,9 @@ class StepLoop:
             slot.batch_index = n
             fed.append((slot, [slot.next_token]))
             n += 1
-        budget = self._capacity - n
+        # One micro-batch of prompt per step at most: llama.cpp computes no more at once anyway, and between steps
+        # a waiting job of higher priority can take the slot of a long prompt (JobQueue.dispatch).
+        budget = min(self._capacity - n, self._model.n_ubatch)
         if generating:
             budget = min(budget, PREFILL_CHUNK_WHILE_GENERATING)
         by_priority = sorted(self._slots, key=lambda s: -s.job.priority if s.job is not None else 0)
