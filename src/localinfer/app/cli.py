@@ -1,4 +1,8 @@
-"""The ``localinfer`` command: parse flags, build settings once, run one command, render errors in one place."""
+"""The ``localinfer`` command: parse flags, build settings once, run one command, render errors in one place.
+
+Building the parser imports no heavy library (llama.cpp, ONNX Runtime, Textual, FastAPI, numpy, pydantic): each
+command imports what it uses when it runs, so ``--version`` and ``--help`` answer at once
+(tests/app/test_startup_imports.py)."""
 
 from __future__ import annotations
 
@@ -6,17 +10,32 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
 
 from localinfer import __version__
-from localinfer.app.commands import convert, hw, ls, perplexity, ps, pull, quantize, rm, run, serve, show, stop, tui
-from localinfer.config import Settings
+from localinfer.app.commands import (
+    convert,
+    hw,
+    imatrix,
+    ls,
+    perplexity,
+    ps,
+    pull,
+    quantize,
+    rm,
+    run,
+    serve,
+    show,
+    stop,
+    tui,
+)
 from localinfer.errors import LocalInferError
 
-COMMANDS = (serve, run, pull, ls, show, rm, ps, stop, hw, convert, quantize, perplexity)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+COMMANDS = (serve, run, pull, ls, show, rm, ps, stop, hw, convert, quantize, imatrix, perplexity)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         args.run = tui.run
     debug = os.environ.get("LOCALINFER_DEBUG") == "1"
+    from pydantic import ValidationError
+
+    from localinfer.config import Settings
+
     try:
         settings = Settings().with_overrides(home=args.home)
         in_app = args.command is None

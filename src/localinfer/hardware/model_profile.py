@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from localinfer.models.metadata import GGUFInfo, cached_folder_facts, cached_gguf_info, folder_format
-from localinfer.models.metadata.folder import weights_bytes
+from localinfer.models.metadata.folder import cached_folder_facts, folder_format, weights_bytes
+
+if TYPE_CHECKING:
+    from localinfer.models.metadata.gguf import GGUFInfo
 
 ModelFormat = Literal["gguf", "onnx", "hf"]
 F16 = 2  # bytes per cached key or value element (llama.cpp's default cache type)
@@ -62,6 +64,8 @@ def from_path(path: Path, name: str | None = None) -> ModelProfile:
     ModelLoadError for anything else, and for a folder whose config cannot be read."""
     name = name or path.stem
     if path.is_file() and folder_format(path) is None:
+        from localinfer.models.metadata.gguf import cached_gguf_info  # gguf (and numpy) only for a GGUF
+
         return from_gguf(name, cached_gguf_info(path))
     facts = cached_folder_facts(path)
     folder = path.parent if path.is_file() else path

@@ -7,7 +7,6 @@ stops it without leaving this process in a half state.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -17,6 +16,9 @@ from pathlib import Path
 
 from localinfer.errors import ConvertError
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
+
+PRECISIONS = ("int4", "int8", "fp16", "fp32")  # the weights of a converted model
+TARGETS = ("cpu", "cuda", "dml")  # the devices it is built for
 
 BUILDER_MODULE = "onnxruntime_genai.models.builder"
 # What the builder imports, by module name; the convert extra installs them.
@@ -39,6 +41,8 @@ _LAYER = re.compile(r"^Reading layer (\d+)")
 
 def builder_version() -> str:
     """The installed onnxruntime-genai's version, which is the builder's. Raises ConvertError when missing."""
+    import importlib.metadata  # here: the command line imports this module for its constants
+
     try:
         return importlib.metadata.version("onnxruntime-genai")
     except importlib.metadata.PackageNotFoundError as exc:

@@ -24,8 +24,6 @@ from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 from localinfer.quantize import builder
 from localinfer.quantize.gguf_source import FLOAT32_UP_TO, dequantize, gguf_add_bos, set_add_bos, write_hf_folder
 
-PRECISIONS = ("int4", "int8", "fp16", "fp32")
-TARGETS = ("cpu", "cuda", "dml")
 PROVENANCE = "localinfer-convert.json"
 CONVERTER_VERSION = 2  # bumped whenever the same source and builder would give a different folder or report
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from localinfer.app.commands.pull import format_event
+from localinfer.app.commands.progress_line import format_event
 from localinfer.models.store import Manifest, ModelStore, hf_manifest
 from localinfer.progress import ProgressEvent
 from localinfer.quantize import builder

@@ -3,16 +3,20 @@ register it, and check it against the GGUF."""
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from localinfer.app.commands.pull import ProgressLine
-from localinfer.config import Settings
+from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.errors import LocalInferError
-from localinfer.models.library import ModelLibrary
-from localinfer.progress import ProgressSink, ignore_progress
-from localinfer.quantize.convert import PRECISIONS, TARGETS, Converted, convert_to_onnx
+from localinfer.progress import ignore_progress
+from localinfer.quantize.builder import PRECISIONS, TARGETS
+
+if TYPE_CHECKING:
+    import argparse
+
+    from localinfer.config import Settings
+    from localinfer.progress import ProgressSink
+    from localinfer.quantize.convert import Converted
 
 _MB = 1_000_000
 
@@ -42,6 +46,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from localinfer.models.library import ModelLibrary
+    from localinfer.quantize.convert import convert_to_onnx
+
     library = ModelLibrary.from_settings(settings)
     renderer = ProgressLine(sys.stderr)
     sink: ProgressSink = ignore_progress if args.quiet else renderer

@@ -6,18 +6,20 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.render import row, section
-from localinfer.config import Settings
-from localinfer.engine import profiles as engine_profiles
 from localinfer.errors import ConfigError
-from localinfer.hardware.detect import detect
-from localinfer.hardware.model_profile import ModelProfile, from_gguf, from_path
-from localinfer.hardware.plan import BACKENDS, Overrides, Plan, plan
-from localinfer.hardware.profile import GiB, GPUInfo, HardwareProfile
-from localinfer.models.library import ModelLibrary
-from localinfer.models.metadata import cached_gguf_info
+from localinfer.hardware.model_profile import from_gguf, from_path
+from localinfer.hardware.plan import BACKENDS, Overrides, plan
+from localinfer.hardware.profile import GiB
+
+if TYPE_CHECKING:
+    from localinfer.config import Settings
+    from localinfer.hardware.model_profile import ModelProfile
+    from localinfer.hardware.plan import Plan
+    from localinfer.hardware.profile import GPUInfo, HardwareProfile
+    from localinfer.models.library import ModelLibrary
 
 _GPU_LABEL_WIDTH = 18  # GPU detail rows are indented two more spaces, their values stay in the same column
 
@@ -54,6 +56,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     how a model would run here; a model that cannot run here is a PlanError (one line and a hint)."""
     if args.plan is None and (args.backend or args.gpu_layers is not None or args.ctx or args.parallel):
         raise ConfigError("--backend, --gpu-layers, --ctx and --parallel go with --plan MODEL", hint="add --plan MODEL")
+    from localinfer.hardware.detect import detect  # it probes llama.cpp and ONNX Runtime
+    from localinfer.models.library import ModelLibrary
+
     profile = detect(timeout=args.timeout)
     chosen = None
     if args.plan is not None:
@@ -78,6 +83,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def model_profile(library: ModelLibrary, ref: str) -> ModelProfile:
     """What the planner needs of ``ref``: a model folder (ONNX or Hugging Face) by path, else a model name or
     a .gguf path as ``serve`` takes them."""
+    from localinfer.engine import profiles as engine_profiles
+    from localinfer.models.metadata.gguf import cached_gguf_info
+
     folder = Path(ref).expanduser()
     if folder.is_dir():
         return from_path(folder, folder.name)

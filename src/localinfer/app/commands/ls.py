@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from localinfer.config import Settings
-from localinfer.models.library import ModelLibrary
-from localinfer.models.store import Manifest
+if TYPE_CHECKING:
+    import argparse
+
+    from localinfer.config import Settings
+    from localinfer.models.store import Manifest
 
 _MB = 1_000_000
 MISSING = "(missing)"
@@ -26,6 +27,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from localinfer.models.library import ModelLibrary
+
     manifests = ModelLibrary.from_settings(settings).list()
     if args.json:
         print(json.dumps([as_json(m) for m in manifests], indent=2))

@@ -3,21 +3,22 @@ llama-perplexity's method."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from localinfer.app.commands.pull import ProgressLine
+from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.app.commands.render import row, section
-from localinfer.config import Settings
 from localinfer.errors import QuantizeError
-from localinfer.models.library import ModelLibrary
-from localinfer.models.store import Manifest
 from localinfer.progress import ProgressEvent
 
 if TYPE_CHECKING:
+    import argparse
+
+    from localinfer.config import Settings
+    from localinfer.models.library import ModelLibrary
+    from localinfer.models.store import Manifest
     from localinfer.quantize.perplexity import Report
 
 
@@ -51,6 +52,7 @@ def _gguf(library: ModelLibrary, ref: str) -> Manifest:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from localinfer.models.library import ModelLibrary
     from localinfer.quantize.perplexity import measure, read_text
 
     library = ModelLibrary.from_settings(settings)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from localinfer.client.base import ClientStatus, LoadedModelStatus
-from localinfer.client.remote import HttpClient
-from localinfer.config import Settings
+if TYPE_CHECKING:
+    import argparse
+
+    from localinfer.client.base import ClientStatus, LoadedModelStatus
+    from localinfer.client.remote import HttpClient
+    from localinfer.config import Settings
 
 _MB = 1_000_000
 
@@ -22,6 +23,8 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def server_client(args: argparse.Namespace, settings: Settings) -> HttpClient:
+    from localinfer.client.remote import HttpClient
+
     url = args.url or f"http://{settings.host}:{settings.port}"
     key = args.api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
     return HttpClient(url, api_key=key)
@@ -47,6 +50,8 @@ async def _status(client: HttpClient) -> ClientStatus:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+
     status = asyncio.run(_status(server_client(args, settings)))
     if args.json:
         print(json.dumps([asdict(m) for m in status.loaded], indent=2))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from localinfer.config import Settings
-from localinfer.models.library import ModelLibrary
+if TYPE_CHECKING:
+    import argparse
+
+    from localinfer.config import Settings
 
 _MB = 1_000_000
 
@@ -23,6 +24,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from localinfer.models.library import ModelLibrary
+
     library = ModelLibrary.from_settings(settings)
     for name in args.models:
         freed = library.remove(name)

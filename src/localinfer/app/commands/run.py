@@ -7,19 +7,19 @@ from the engine in this process (the model is loaded for this answer and unloade
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import dataclasses
 import sys
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.ps import add_server_arguments, server_client
-from localinfer.client.base import InferenceClient
-from localinfer.config import Settings
 from localinfer.errors import ConfigError
 from localinfer.types import ChatMessage, ChatRequest, GenerationOptions
+
+if TYPE_CHECKING:
+    import argparse
+
+    from localinfer.client.base import InferenceClient
+    from localinfer.config import Settings
 
 
 def add_parser(subparsers: Any) -> None:
@@ -44,6 +44,8 @@ def prompt_of(words: list[str], stdin: str | None) -> str:
 
 
 def _server_is_up(url: str) -> bool:
+    import httpx
+
     try:
         return httpx.get(f"{url.rstrip('/')}/health", timeout=1.0).status_code in (200, 503)
     except httpx.HTTPError:
@@ -79,6 +81,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             options, sampling=dataclasses.replace(options.sampling, temperature=args.temperature)
         )
     request = ChatRequest(args.model, (ChatMessage("user", prompt),), options)
+    import asyncio
+
     asyncio.run(_run(args, settings, request))
     return 0
 

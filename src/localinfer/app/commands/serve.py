@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import ipaddress
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import uvicorn
-from fastapi import FastAPI
-from pydantic import SecretStr
-
-from localinfer.app.commands.pull import ProgressLine, machine_fits
-from localinfer.app.server.app import create_app
-from localinfer.app.server.graceful import GracefulServer
-from localinfer.app.server.guard import policy_for
-from localinfer.bootstrap import local_stack
-from localinfer.client.local import LocalClient
-from localinfer.config import Settings
-from localinfer.engine.profiles import check_files
+from localinfer.app.commands.progress_line import ProgressLine
+from localinfer.app.commands.pull import machine_fits
 from localinfer.errors import ConfigError, LocalInferError
-from localinfer.hardware.detect import detect
-from localinfer.hardware.profile import HardwareProfile
-from localinfer.models.library import ModelLibrary
-from localinfer.models.pull import ensure_model
-from localinfer.models.store import Manifest, ModelSource, validate_name
+from localinfer.models.store import validate_name
+
+if TYPE_CHECKING:
+    import argparse
+
+    from fastapi import FastAPI
+
+    from localinfer.client.local import LocalClient
+    from localinfer.config import Settings
+    from localinfer.hardware.profile import HardwareProfile
+    from localinfer.models.library import ModelLibrary
+    from localinfer.models.store import Manifest, ModelSource
 
 
 def add_parser(subparsers: Any) -> None:
@@ -130,6 +126,15 @@ def _engine_args(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    # The server's parts load here, not when the command line starts (localinfer --version stays instant).
+    from pydantic import SecretStr
+
+    from localinfer.app.server.app import create_app
+    from localinfer.app.server.guard import policy_for
+    from localinfer.bootstrap import local_stack
+    from localinfer.hardware.detect import detect
+    from localinfer.models.library import ModelLibrary
+
     settings = settings.with_overrides(
         host=args.host,
         port=args.port,
@@ -194,6 +199,9 @@ def _model_to_serve(
 ) -> tuple[Manifest, str]:
     """The model named on the command line (pulled first when it is a reference not here yet, the starter when
     none is named and none is here), under ``--alias`` when given; and the name it is listed under."""
+    from localinfer.engine.profiles import check_files
+    from localinfer.models.pull import ensure_model
+
     progress = ProgressLine(sys.stderr)
     try:
         manifest = ensure_model(library, settings.model, settings, progress=progress, fits=machine_fits(hardware))
@@ -215,5 +223,9 @@ def _default_model(models: ModelSource, name: str) -> str | None:
 
 
 def _run_server(app: FastAPI, settings: Settings, client: LocalClient) -> None:
+    import uvicorn
+
+    from localinfer.app.server.graceful import GracefulServer
+
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
     GracefulServer(config, grace=settings.shutdown_timeout, end_requests=client.shutdown).run()

