@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import RESULTS_DIR, REPO_ROOT, BenchError, llama_cpp_bin, machine_info, write_json
+from benchlib import REPO_ROOT, RESULTS_DIR, BenchError, llama_cpp_bin, machine_info, write_json
 
 
 def seconds(command: list[str]) -> float:
