@@ -211,3 +211,30 @@ def test_serve_with_no_model_starts_empty_and_loads_each_model_on_its_first_requ
         unnamed = httpx.post(f"{server.url}/v1/completions", json={"prompt": "Hi", "max_tokens": 4}, timeout=120)
         assert unnamed.status_code == 200 and unnamed.json()["model"] == smollm2.name  # the model setting's
         assert set(running(server)) == {gemma3.name, smollm2.name}
+
+
+def test_localinfer_run_answers_on_a_gguf_path_typed_at_the_keyboard(
+    smollm2: Manifest, test_home: Path, tmp_path: Path
+) -> None:
+    """A path is the person at the keyboard's to give (as `localinfer serve ./x.gguf`): run loads that file, and
+    answers as the same model registered by name does."""
+    gguf = tmp_path / "Some-Model.gguf"
+    os.link(smollm2.path, gguf)
+
+    def answer(model: str, home: Path) -> str:
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "localinfer.app.cli", "run", model, "What is the capital of France?"),
+                *("--max-tokens", "8", "--temperature", "0", "--url", "http://127.0.0.1:9"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env={**os.environ, "LOCALINFER_HOME": str(home), "LOCALINFER_DISCOVER": "false"},
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    by_path = answer(str(gguf), tmp_path / "home")
+    assert by_path and by_path == answer(smollm2.name, test_home)

@@ -62,10 +62,15 @@ async def _answer(client: InferenceClient, request: ChatRequest) -> None:
         await client.close()
 
 
-def _in_process(settings: Settings) -> InferenceClient:
+def _in_process(settings: Settings, model: str) -> tuple[InferenceClient, str]:
+    """The engine in this process, and the name it knows ``model`` by: a model name, or a GGUF path typed at the
+    keyboard, registered for this run as ``localinfer serve ./x.gguf`` does."""
     from localinfer.bootstrap import local_stack  # the engine only when no server answers
+    from localinfer.models.library import ModelLibrary
 
-    return local_stack(settings, names_only=False).client
+    library = ModelLibrary.from_settings(settings)
+    manifest = library.resolve(model)
+    return local_stack(settings, library=library, served=manifest).client, manifest.name
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -93,4 +98,5 @@ async def _run(args: argparse.Namespace, settings: Settings, request: ChatReques
         await _answer(remote, request)
         return
     await remote.close()
-    await _answer(_in_process(settings), request)
+    client, name = _in_process(settings, request.model)
+    await _answer(client, dataclasses.replace(request, model=name))
