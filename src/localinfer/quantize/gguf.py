@@ -6,6 +6,10 @@ work folder under the store's ``tmp/``; its per-tensor log lines give the progre
 ``blobs/sha256-<hex>`` with one rename and is registered, with a lineage record beside the store
 (``quantize/lineage.py``). An error, a failure of the quantizer or Ctrl-C (the child is killed) leaves no file
 and no manifest.
+
+An importance matrix comes from a file (``imatrix``, checked against the source before the quantizer starts) or is
+computed first (``calibrate``, into the work folder, in this process); the worker loads it and hands it to
+llama_model_quantize as llama-quantize does.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import gguf
 from localinfer.errors import ModelNotFound, PullError, QuantizeError
 from localinfer.models.store import Manifest, ModelFile, ModelSource, ModelStore, validate_name
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
+from localinfer.quantize.imatrix import Matrix, check_fits, file_record, load_imatrix
+from localinfer.quantize.imatrix_collect import Calibration, calibrate, calibration_text
 from localinfer.quantize.lineage import Lineage, write_lineage
 from localinfer.quantize.types import QuantType, fallback_bpw, parse_tensor_type, tensor_bpw
 
@@ -45,6 +51,8 @@ class Options:
     token_embedding_type: str | None = None
     pure: bool = False
     threads: int = 0  # 0: llama.cpp's choice (all cores)
+    imatrix: Path | None = None  # an importance matrix file, GGUF or legacy .dat
+    calibrate: Calibration | None = None  # compute an importance matrix first
 
 
 @dataclass(frozen=True)
@@ -153,18 +161,17 @@ def quantize_model(
     """Quantize ``ref`` and register the result as ``name`` (default ``<source>-<TYPE>``).
 
     Raises QuantizeError (bad source, a quantized source without ``allow_requantize``, a taken name, a type that
-    needs an importance matrix, too little disk, a quantizer failure); KeyboardInterrupt passes through after the
-    worker is killed and its output deleted.
+    needs an importance matrix without one, an importance matrix that is not one or is for another model, too
+    little disk, a quantizer or calibration failure); KeyboardInterrupt passes through after the worker is killed
+    and its output deleted.
     """
     started = time.monotonic()
-    if options.type.needs_imatrix:
-        raise QuantizeError(
-            f"{options.type.name} needs an importance matrix, which localinfer cannot compute yet",
-            hint="choose IQ2_M, IQ3_XXS, Q2_K or a larger type, or run llama-quantize --imatrix",
-        )
+    imatrix_input = _imatrix_input(options)
     output_type = _tensor_type(options.output_tensor_type, "--output-tensor-type")
     embedding_type = _tensor_type(options.token_embedding_type, "--token-embedding-type")
     source = resolve_source(models, ref)
+    if isinstance(imatrix_input, Matrix) and options.imatrix is not None:
+        check_fits(imatrix_input, source.path, options.imatrix.name)
     if source.quantized and not options.allow_requantize:
         raise QuantizeError(
             f"{source.name} is already quantized ({source.file_type}); quantizing it again compounds the loss",
@@ -200,12 +207,53 @@ def quantize_model(
             "output_tensor_type": output_type,
             "token_embedding_type": embedding_type,
         }
+        imatrix_record = _imatrix_job(options, imatrix_input, source, work, job, progress)
         _run_worker(job, work / "worker.log", options.type.name, progress)
         progress(ProgressEvent(f"registering {name}"))
-        manifest = _install(store, output, name, source, options)
+        manifest = _install(store, output, name, source, options, imatrix_record)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return Quantized(manifest, source, estimate, time.monotonic() - started)
+
+
+def _imatrix_input(options: Options) -> Matrix | str | None:
+    """What the importance matrix comes from, read before any work starts: the file's matrix (``imatrix``), the
+    calibration text (``calibrate``), or None. Raises QuantizeError for both, a type that needs one without either,
+    a file that is not an importance matrix, or a text that cannot be read."""
+    if options.imatrix is not None and options.calibrate is not None:
+        raise QuantizeError(
+            "--imatrix and --calibrate both give an importance matrix", hint="pass one of them, not both"
+        )
+    if options.type.needs_imatrix and options.imatrix is None and options.calibrate is None:
+        raise QuantizeError(
+            f"{options.type.name} needs an importance matrix",
+            hint="add --calibrate (computed from localinfer's default text) or --imatrix FILE",
+        )
+    if options.imatrix is not None:
+        return load_imatrix(options.imatrix)
+    return calibration_text(options.calibrate) if options.calibrate is not None else None
+
+
+def _imatrix_job(
+    options: Options,
+    given: Matrix | str | None,
+    source: Source,
+    work: Path,
+    job: dict[str, object],
+    progress: ProgressSink,
+) -> dict[str, object] | None:
+    """Point ``job`` at the importance matrix (the file given, or one computed into ``work`` now from the
+    calibration text) and return what the lineage keeps of it; None without one."""
+    if isinstance(given, Matrix) and options.imatrix is not None:
+        job["imatrix"], job["imatrix_name"] = str(options.imatrix), options.imatrix.name
+        return file_record(options.imatrix, given, _sha256(options.imatrix))
+    if not isinstance(given, str) or options.calibrate is None:
+        return None
+    path = work / "imatrix.gguf"
+    threads = options.threads or None
+    record = calibrate(source.path, options.calibrate, given, path, threads=threads, progress=progress)
+    job["imatrix"], job["imatrix_name"] = str(path), f"calibrated on {options.calibrate.label()}"
+    return record
 
 
 def _tensor_type(text: str | None, option: str) -> int | None:
@@ -260,7 +308,14 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _install(store: ModelStore, output: Path, name: str, source: Source, options: Options) -> Manifest:
+def _install(
+    store: ModelStore,
+    output: Path,
+    name: str,
+    source: Source,
+    options: Options,
+    imatrix: dict[str, object] | None,
+) -> Manifest:
     """Move the file into the store's blobs with one rename, then record its lineage and register it."""
     sha256 = _sha256(output)
     blob = store.blob_path(sha256)
@@ -287,6 +342,7 @@ def _install(store: ModelStore, output: Path, name: str, source: Source, options
             "token_embedding_type": options.token_embedding_type,
             "pure": options.pure,
         },
+        imatrix=imatrix,
     )
     try:
         write_lineage(store, sha256, lineage)

@@ -2,7 +2,8 @@
 
 ``<store>/quantized/sha256-<hex>.json`` belongs to the file with that sha256 (the store's blob), so the record
 follows the content whatever name it is registered under; ``show`` reads it. ``quality`` holds the figures of
-``quantize --check`` (perplexity and KL divergence against the source), when it ran.
+``quantize --check`` (perplexity and KL divergence against the source), when it ran; ``imatrix`` what the
+importance matrix was, when one was used (a file's name and sha256, or the text it was calibrated on).
 """
 
 from __future__ import annotations
@@ -30,11 +31,21 @@ class Lineage:
     requantized: bool  # the source was already quantized
     options: dict[str, Any] = field(default_factory=dict)
     quality: dict[str, Any] | None = None
+    imatrix: dict[str, Any] | None = None  # imatrix.file_record or imatrix_collect.calibrate's record
 
     def summary(self) -> str:
         source_type = f" ({self.source_type})" if self.source_type else ""
         again = ", requantized" if self.requantized else ""
-        return f"quantized from {self.source_name}{source_type} to {self.type}{again}"
+        imatrix = " with an importance matrix" if self.imatrix else ""
+        return f"quantized from {self.source_name}{source_type} to {self.type}{again}{imatrix}"
+
+
+def describe_imatrix(record: dict[str, Any]) -> str:
+    """One line for a lineage's imatrix record: the file (name, sha256, entries, chunks) or the calibration."""
+    if "calibrated_on" in record:
+        return f"calibrated on {record['calibrated_on']}, {record['chunks']} chunks of {record['chunk_size']} tokens"
+    chunks = f", {record['chunks']} chunks" if record.get("chunks") else ""
+    return f"{record['file']} (sha256 {str(record['sha256'])[:12]}, {record['entries']} entries{chunks})"
 
 
 def _path(store: ModelStore, sha256: str) -> Path:

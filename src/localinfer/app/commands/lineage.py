@@ -1,14 +1,18 @@
-"""What ``show`` adds for a model ``quantize`` made: its source and type, and the figures of ``quantize --check``."""
+"""What ``show`` adds for a model ``quantize`` made: its source and type, the importance matrix used, and the
+figures of ``quantize --check``."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.render import row, section
-from localinfer.config import Settings
-from localinfer.models.store import Manifest, ModelStore
-from localinfer.quantize.lineage import read_lineage
+from localinfer.models.store import ModelStore
+from localinfer.quantize.lineage import describe_imatrix, read_lineage
+
+if TYPE_CHECKING:
+    from localinfer.config import Settings
+    from localinfer.models.store import Manifest
 
 
 def lineage_json(settings: Settings, manifest: Manifest) -> dict[str, Any]:
@@ -25,6 +29,7 @@ def lineage_text(settings: Settings, manifest: Manifest) -> str:
     rows = [
         row("quantized from", f"{lineage.source_name} ({lineage.source_type or 'unknown type'}, {lineage.source})"),
         row("type", lineage.type + (" (requantized)" if lineage.requantized else "")),
+        row("imatrix", describe_imatrix(lineage.imatrix) if lineage.imatrix else "none"),
     ]
     quality = lineage.quality or {}
     divergence = quality.get("divergence") or {}

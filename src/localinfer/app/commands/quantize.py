@@ -3,17 +3,21 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from localinfer.app.commands.pull import ProgressLine
-from localinfer.config import Settings
-from localinfer.models.library import ModelLibrary
-from localinfer.models.store import Manifest
-from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
+from localinfer.app.commands.progress_line import ProgressLine
+from localinfer.progress import ProgressEvent, ignore_progress
 from localinfer.quantize.types import TENSOR_TYPES, type_names
+
+if TYPE_CHECKING:
+    import argparse
+
+    from localinfer.config import Settings
+    from localinfer.models.library import ModelLibrary
+    from localinfer.models.store import Manifest
+    from localinfer.progress import ProgressSink
 
 _MB = 1_000_000
 CHECK_CTX = 256  # --check: short chunks, so a check of a small model takes seconds
@@ -24,7 +28,8 @@ def add_parser(subparsers: Any) -> None:
         "quantize",
         help="quantize a GGUF model with llama.cpp's quantizer",
         description="Quantize a GGUF model (a name from 'localinfer ls' or a .gguf path) to another type with "
-        "llama.cpp's own quantizer, and register the result. With --check, measure its perplexity and KL "
+        "llama.cpp's own quantizer, and register the result. With --imatrix or --calibrate, an importance matrix "
+        "guides it (the IQ1 and IQ2 types below IQ2_M need one). With --check, measure its perplexity and KL "
         "divergence against the source on localinfer's default text.",
         epilog=f"Types: {type_names()} (case-insensitive; Q4_K means Q4_K_M).",
     )
@@ -40,6 +45,16 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--output-tensor-type", metavar="T", help=f"the output head's type ({tensor_types})")
     p.add_argument("--token-embedding-type", metavar="T", help=f"the token embeddings' type ({tensor_types})")
     p.add_argument("--pure", action="store_true", help="every matrix in TYPE (no mix of higher types)")
+    p.add_argument(
+        "--imatrix", type=Path, metavar="FILE", help="an importance matrix (GGUF or legacy .dat) to quantize with"
+    )
+    p.add_argument(
+        "--calibrate",
+        nargs="?",
+        const="",
+        metavar="TEXT_FILE",
+        help="compute an importance matrix first, from TEXT_FILE or localinfer's default text (after SOURCE)",
+    )
     p.add_argument("--threads", type=int, default=0, help="quantizer threads (default: all cores)")
     p.add_argument("--check", action="store_true", help="measure perplexity and KLD against the source after")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the result")
@@ -48,8 +63,12 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.quantize.gguf import Options, quantize_model
+    from localinfer.quantize.imatrix_collect import Calibration
     from localinfer.quantize.types import parse_type
 
+    calibrate = None
+    if args.calibrate is not None:  # "" is --calibrate alone: the default text
+        calibrate = Calibration(Path(args.calibrate).expanduser() if args.calibrate else None)
     options = Options(
         type=parse_type(args.type),
         allow_requantize=args.allow_requantize,
@@ -57,7 +76,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         token_embedding_type=args.token_embedding_type,
         pure=args.pure,
         threads=max(0, args.threads),
+        imatrix=args.imatrix.expanduser() if args.imatrix else None,
+        calibrate=calibrate,
     )
+    from localinfer.models.library import ModelLibrary
+
     library = ModelLibrary.from_settings(settings)
     renderer = ProgressLine(sys.stderr)
     sink: ProgressSink = ignore_progress if args.quiet else renderer
