@@ -5,8 +5,9 @@ step loop: ``collect`` takes what arrived (sleeping only when no slot is busy an
 be left waiting by a sleeping loop), then ``dispatch`` drops cancelled jobs and gives every free slot to the job
 of the highest priority that has waited longest (a keystroke's completion before queued chat, chat before batch
 work). When no slot is free, a job of higher priority takes the slot of one still computing its prompt, which
-yields between two steps (a step computes one micro-batch of prompt) and goes back in line. Because ``dispatch`` runs after every step, whatever finished, was cancelled or arrived in
-between, a slot never idles while a job waits.
+yields between two steps (a step computes one micro-batch of prompt) and goes back in line. Because ``dispatch``
+runs after every step, whatever finished, was cancelled or arrived in between, a slot never idles while a job
+waits.
 """
 
 from __future__ import annotations
