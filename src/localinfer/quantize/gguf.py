@@ -29,7 +29,8 @@ from pathlib import Path
 
 import gguf
 
-from localinfer.errors import ModelNotFound, PullError, QuantizeError
+from localinfer.errors import LocalInferError, ModelNotFound, PullError, QuantizeError
+from localinfer.models.metadata.gguf import TensorEntry, read_gguf_tensors
 from localinfer.models.store import Manifest, ModelFile, ModelSource, ModelStore, validate_name
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 from localinfer.quantize.imatrix import Matrix, check_fits, file_record, load_imatrix
@@ -37,10 +38,12 @@ from localinfer.quantize.imatrix_collect import Calibration, calibrate, calibrat
 from localinfer.quantize.lineage import Lineage, write_lineage
 from localinfer.quantize.types import QuantType, fallback_bpw, parse_tensor_type, tensor_bpw
 
-_FLOAT_TYPES = {gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16}
+_FLOAT_TYPES = {
+    int(t) for t in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16)
+}
 _TENSOR_LINE = re.compile(rb"\[\s*(\d+)/\s*(\d+)\]")
 _MARGIN = 1.05  # the estimate is nominal: ask for 5 % more free space
-_POLL_S = 0.2
+_POLL_S = 0.05  # how often the worker's log is read for progress (and its end noticed)
 
 
 @dataclass(frozen=True)
@@ -100,34 +103,44 @@ def resolve_source(models: ModelSource, ref: str) -> Source:
     return Source(manifest.name, manifest.path, manifest.source, manifest.files[0].sha256, file_type, quantized)
 
 
-def _reader(path: Path) -> gguf.GGUFReader:
+def _tensors(path: Path) -> tuple[tuple[TensorEntry, ...], int]:
     try:
-        return gguf.GGUFReader(path)
-    except (OSError, ValueError) as exc:
-        raise QuantizeError(f"{path} cannot be read as GGUF: {exc}", hint="is it a complete GGUF file?") from exc
+        return read_gguf_tensors(path)
+    except LocalInferError as exc:
+        raise QuantizeError(
+            f"{path} cannot be read as GGUF: {exc.message}", hint="is it a complete GGUF file?"
+        ) from exc
 
 
 def _file_type(path: Path) -> tuple[str | None, bool]:
     """The most common type of the file's matrices, and whether any matrix is quantized."""
-    reader = _reader(path)
+    tensors, _ = _tensors(path)
     counts: dict[str, int] = {}
     quantized = False
-    for tensor in reader.tensors:
+    for tensor in tensors:
         if len(tensor.shape) >= 2:
-            counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
-            quantized = quantized or tensor.tensor_type not in _FLOAT_TYPES
+            name = _type_name(tensor.type)
+            counts[name] = counts.get(name, 0) + tensor.n_elements
+            quantized = quantized or tensor.type not in _FLOAT_TYPES
     return (max(counts, key=lambda k: counts[k]) if counts else None), quantized
+
+
+def _type_name(ggml_type: int) -> str:
+    try:
+        return gguf.GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        return f"type {ggml_type}"
 
 
 def estimate_size(path: Path, options: Options) -> int:
     """Bytes the quantized file will take, nominally: the matrices at the type's bits per weight (or its fallback
     for rows that are not a multiple of 256; the output head and token embeddings at Q6_K or better, as
     llama.cpp keeps them unless ``pure``), vectors in F32, and the source's metadata."""
-    reader = _reader(path)
+    tensors, data_start = _tensors(path)
     fallback = fallback_bpw(options.type)
-    total = int(reader.tensors[0].data_offset) if reader.tensors else 0
-    for tensor in reader.tensors:
-        n = int(tensor.n_elements)
+    total = data_start if tensors else 0
+    for tensor in tensors:
+        n = tensor.n_elements
         odd_rows = int(tensor.shape[0]) % 256 != 0  # GGUF's first dimension is the row length
         bpw = fallback if odd_rows and fallback is not None else options.type.bpw
         if tensor.name in ("output.weight", "token_embd.weight") and not options.pure:

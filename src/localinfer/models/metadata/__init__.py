@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         read_chat_template,
         read_gguf_info,
         read_gguf_metadata,
+        read_gguf_tensors,
     )
 
 _HOMES = {
@@ -43,6 +44,7 @@ _HOMES = {
     "read_chat_template": "gguf",
     "read_gguf_info": "gguf",
     "read_gguf_metadata": "gguf",
+    "read_gguf_tensors": "gguf",
 }
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "read_folder_facts",
     "read_gguf_info",
     "read_gguf_metadata",
+    "read_gguf_tensors",
 ]
 
 
