@@ -11,8 +11,11 @@ the same, and the mean change of the correct token's probability.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -23,6 +26,7 @@ import numpy as np
 from localinfer.errors import QuantizeError
 
 DEFAULT_CTX = 512
+_ROWS_PER_TASK = 16  # rows of logits a thread takes at once: a few MB, in cache
 _LOG_FLOOR = -16.0  # base log probabilities below this are left out of the KL sum (llama-perplexity)
 
 
@@ -68,18 +72,27 @@ def read_text(path: Path | None) -> str:
 def _load(path: Path, ctx: int, threads: int | None) -> Any:
     from llama_cpp import Llama
 
+    # flash_attn: llama-perplexity's default ("auto") turns it on for a CPU; the same kernels, the same figures.
     try:
         return Llama(
-            str(path), n_ctx=ctx, n_batch=ctx, n_ubatch=min(ctx, 512), verbose=False, n_threads=threads, n_gpu_layers=0
+            str(path),
+            n_ctx=ctx,
+            n_batch=ctx,
+            n_ubatch=min(ctx, 512),
+            verbose=False,
+            n_threads=threads,
+            n_gpu_layers=0,
+            flash_attn=True,
         )
     except (ValueError, RuntimeError) as exc:
         raise QuantizeError(f"cannot load {path}: {exc}", hint="is it a complete GGUF file?") from exc
 
 
-def _chunk_logits(llm: Any, chunk: list[int], first: int) -> np.ndarray[Any, np.dtype[np.float64]]:
-    """Log-probabilities at positions ``first .. len(chunk)-2`` of a chunk decoded in one batch from an empty
-    cache, with outputs asked for positions ``first`` on only, as llama-perplexity asks (the graph then drops
-    the other rows before the last layer, and the matmul kernels see the same shapes)."""
+def _chunk_logits(llm: Any, chunk: list[int], first: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """The logits at positions ``first .. len(chunk)-2`` of a chunk decoded in one batch from an empty cache,
+    with outputs asked for positions ``first`` on only, as llama-perplexity asks (the graph then drops the other
+    rows before the last layer, and the matmul kernels see the same shapes). A view of llama.cpp's buffer: valid
+    until the next decode of ``llm``."""
     import llama_cpp
 
     llm._ctx.kv_cache_clear()
@@ -90,11 +103,35 @@ def _chunk_logits(llm: Any, chunk: list[int], first: int) -> np.ndarray[Any, np.
     llm._ctx.decode(batch)
     n_out = len(chunk) - first
     pointer = llama_cpp.llama_get_logits(llm._ctx.ctx)
-    logits = np.ctypeslib.as_array(pointer, shape=(n_out, llm.n_vocab()))[:-1].astype(np.float64)
-    top = logits.max(axis=1, keepdims=True)
-    result: np.ndarray[Any, np.dtype[np.float64]] = logits - (
-        top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
-    )
+    return np.ctypeslib.as_array(pointer, shape=(n_out, llm.n_vocab()))[:-1]
+
+
+def _log_normalizer(logits: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Each row's log of the sum of exponentials, as llama-perplexity computes it: exponentials in single
+    precision after subtracting the row's maximum, summed in double. Blocks of rows go to one thread per core,
+    as llama-perplexity spreads them (numpy releases the GIL; a 262k-token vocabulary makes this as slow as the
+    decode otherwise)."""
+    result = np.empty(len(logits), dtype=np.float64)
+
+    def rows(start: int) -> None:
+        block = logits[start : start + _ROWS_PER_TASK]
+        top = block.max(axis=1, keepdims=True)
+        shifted = block - top
+        np.exp(shifted, out=shifted)
+        result[start : start + len(block)] = top[:, 0] + np.log(shifted.sum(axis=1, dtype=np.float64))
+
+    list(_pool().map(rows, range(0, len(logits), _ROWS_PER_TASK)))
+    return result
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="localinfer-ppl")
+
+
+def _log_probs(logits: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Every row's log-probabilities (for the divergence, which needs them all)."""
+    result: np.ndarray[Any, np.dtype[np.float64]] = logits.astype(np.float64) - _log_normalizer(logits)[:, None]
     return result
 
 
@@ -146,10 +183,11 @@ def measure(
                 chunk[0] = bos
             targets = np.asarray(chunk[first + 1 :])
             rows = np.arange(len(targets))
-            logp = _chunk_logits(llm, chunk, first)
-            nll.append(-logp[rows, targets])
+            logits = _chunk_logits(llm, chunk, first)
+            nll.append(_log_normalizer(logits) - logits[rows, targets])
             if base_llm is not None:
-                base_logp = _chunk_logits(base_llm, chunk, first)
+                logp = _log_probs(logits)
+                base_logp = _log_probs(_chunk_logits(base_llm, chunk, first))
                 base_nll.append(-base_logp[rows, targets])
                 kept = base_logp > _LOG_FLOOR
                 kld.append(np.where(kept, np.exp(base_logp) * (base_logp - logp), 0.0).sum(axis=1))
