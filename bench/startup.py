@@ -5,7 +5,11 @@
 commands that use them; the target (issue 17) is < 0.3 s for ``--version`` from the source install. A packaged
 build is timed the same way with ``--localinfer PATH/TO/dist/localinfer``.
 
-Usage: .venv/bin/python bench/startup.py [--rounds 10] [--localinfer CMD] [--llama-bin DIR]
+With ``--serve-app APP`` (the one file that carries the starter, ``packaging/build --with-model smollm2``) it
+also times ``APP serve`` from start to ``GET /health`` answering 200 with the starter loaded (target < 3 s; the
+starter is unpacked into a scratch home by a first, untimed start).
+
+Usage: .venv/bin/python bench/startup.py [--rounds 10] [--localinfer CMD] [--llama-bin DIR] [--serve-app APP]
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from benchlib import REPO_ROOT, RESULTS_DIR, BenchError, llama_cpp_bin, machine_info, write_json
+import httpx
+
+from benchlib import REPO_ROOT, RESULTS_DIR, BenchError, free_port, llama_cpp_bin, machine_info, write_json
 
 
 def seconds(command: list[str]) -> float:
@@ -30,6 +37,29 @@ def seconds(command: list[str]) -> float:
     return elapsed
 
 
+def serve_until_healthy(app: str, home: Path) -> float:
+    """Seconds from starting ``app serve`` (the starter it carries) to /health answering 200."""
+    port = free_port()
+    env = {"PATH": "/nonexistent", "HOME": str(home), "LOCALINFER_DISCOVER": "false"}
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [app, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise BenchError(f"{app} serve exited {proc.returncode}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    return time.perf_counter() - started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=10)
@@ -37,12 +67,18 @@ def main() -> int:
         "--localinfer", default=str(REPO_ROOT / ".venv" / "bin" / "localinfer"), help="the command to time"
     )
     parser.add_argument("--llama-bin", type=Path, help="folder with llama-server (default: bench/build-llama-cpp)")
+    parser.add_argument(
+        "--app", action="append", default=[], help="a packaged build to time as well (repeatable): dist/localinfer"
+    )
+    parser.add_argument("--serve-app", help="the packaged app carrying the starter: also time serve to healthy")
     args = parser.parse_args()
     commands = {
         "localinfer --version": [args.localinfer, "--version"],
         "localinfer --help": [args.localinfer, "--help"],
         "llama-server --version": [str(llama_cpp_bin(args.llama_bin) / "llama-server"), "--version"],
     }
+    for app in args.app:
+        commands[f"{Path(app).parent.name}/{Path(app).name} --version"] = [app, "--version"]
     ollama = shutil.which("ollama")
     if ollama:
         commands["ollama --version"] = [ollama, "--version"]
@@ -59,6 +95,14 @@ def main() -> int:
         summary[name] = {"min": min(values), "median": statistics.median(values), "max": max(values)}
         s = summary[name]
         print(f"| `{name}` | {s['min']:.3f} | {s['median']:.3f} | {s['max']:.3f} | {len(values)} |")
+    if args.serve_app:
+        with tempfile.TemporaryDirectory(prefix="bench-startup-") as home:
+            serve_until_healthy(args.serve_app, Path(home))  # unpacks the starter once
+            serve = [serve_until_healthy(args.serve_app, Path(home)) for _ in range(max(3, args.rounds // 2))]
+        summary["serve to healthy"] = {"min": min(serve), "median": statistics.median(serve), "max": max(serve)}
+        s = summary["serve to healthy"]
+        print(f"| `{Path(args.serve_app).name} serve` to healthy | {s['min']:.3f} | {s['median']:.3f} "
+              f"| {s['max']:.3f} | {len(serve)} |")  # fmt: skip
     if not ollama:
         print("ollama is not installed here: not compared", file=sys.stderr)
     write_json(
