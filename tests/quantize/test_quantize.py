@@ -65,7 +65,7 @@ def test_the_size_estimate_is_within_ten_percent_of_the_file(smollm2_f16: Path, 
     for name in ("Q8_0", "Q4_K_M", "Q2_K"):
         options = Options(type=parse_type(name))
         done = quantize_model(store, store, str(smollm2_f16), options)
-        assert done.manifest.size == pytest.approx(estimate_size(smollm2_f16, options), rel=0.1), name
+        assert done.manifest.size == pytest.approx(estimate_size((smollm2_f16,), options), rel=0.1), name
 
 
 def test_a_quantized_source_is_refused_without_allow_requantize(

@@ -127,6 +127,12 @@ class ModelStore:
         """Where converted ONNX models live, one folder per model."""
         return self.root / "onnx"
 
+    @property
+    def split_dir(self) -> Path:
+        """Where split GGUF models that localinfer wrote live (``quantize --keep-split``), one folder per model:
+        their parts keep the names by which llama.cpp finds the others from the first."""
+        return self.root / "split"
+
     def folder_name(self, name: str) -> str:
         """A file-system name for the model ``name`` (':' and '/' written as '+' and '~')."""
         return name.replace(":", "+").replace("/", "~")
@@ -187,7 +193,8 @@ class ModelStore:
                 f.path.unlink(missing_ok=True)
             elif f.owned:
                 _remove_cached_file(f.path)
-        for folder in {f.path.parent for f in manifest.files if f.owned and f.path.parent.parent == self.onnx_dir}:
+        owned_folders = (self.onnx_dir, self.split_dir)
+        for folder in {f.path.parent for f in manifest.files if f.owned and f.path.parent.parent in owned_folders}:
             with contextlib.suppress(OSError):  # kept when something else was put in it
                 folder.rmdir()
         log.info("removed model %s", name)

@@ -30,6 +30,7 @@ from pathlib import Path
 import gguf
 
 from localinfer.errors import LocalInferError, ModelNotFound, PullError, QuantizeError
+from localinfer.models.files import split_part
 from localinfer.models.metadata.gguf import TensorEntry, read_gguf_tensors
 from localinfer.models.store import Manifest, ModelFile, ModelSource, ModelStore, validate_name
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
@@ -56,16 +57,18 @@ class Options:
     threads: int = 0  # 0: llama.cpp's choice (all cores)
     imatrix: Path | None = None  # an importance matrix file, GGUF or legacy .dat
     calibrate: Calibration | None = None  # compute an importance matrix first
+    keep_split: bool = False  # a split source gives as many parts (llama-quantize --keep-split); else one file
 
 
 @dataclass(frozen=True)
 class Source:
     name: str
-    path: Path
+    path: Path  # the first part of a split model, which llama.cpp opens (it finds the others beside it)
     origin: str
     sha256: str | None
     file_type: str | None  # what the file's tensors are mostly, e.g. Q4_1 or F16
     quantized: bool  # some matrix is stored in a quantized type
+    parts: tuple[Path, ...] = ()  # every file, in order: one, or a split model's parts
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ class Quantized:
 
 
 def resolve_source(models: ModelSource, ref: str) -> Source:
-    """The single GGUF file ``ref`` names (a model name or a path). Raises QuantizeError with a hint otherwise."""
+    """The GGUF model ``ref`` names (a model name or a path): one file, or the parts of a split model. Raises
+    QuantizeError with a hint otherwise."""
     path = Path(ref).expanduser()
     if path.is_dir():
         raise QuantizeError(f"{path} is a folder, not a GGUF file", hint="pass a .gguf file or a name from 'ls'")
@@ -94,27 +98,46 @@ def resolve_source(models: ModelSource, ref: str) -> Source:
         raise QuantizeError(f"{manifest.name} is a {manifest.format} model", hint="quantize a GGUF model")
     if not manifest.files_present():
         raise QuantizeError(f"the files of {manifest.name} are missing or changed: {manifest.path}", hint="pull again")
-    if len(manifest.files) > 1:
-        raise QuantizeError(
-            f"{manifest.name} is split into {len(manifest.files)} GGUF files; the quantizer reads one here",
-            hint="merge the parts first (llama-gguf-split --merge)",
-        )
-    file_type, quantized = _file_type(manifest.path)
-    return Source(manifest.name, manifest.path, manifest.source, manifest.files[0].sha256, file_type, quantized)
+    parts = tuple(f.path for f in manifest.files) if len(manifest.files) > 1 else _split_parts(manifest.path)
+    file_type, quantized = _file_type(parts)
+    return Source(manifest.name, manifest.path, manifest.source, manifest.files[0].sha256, file_type, quantized, parts)
 
 
-def _tensors(path: Path) -> tuple[tuple[TensorEntry, ...], int]:
+def _split_parts(path: Path) -> tuple[Path, ...]:
+    """``path`` alone, or, for the first part of a split GGUF given by path (``x-00001-of-00003.gguf``), every part
+    beside it, as llama.cpp opens them. Raises QuantizeError when one is missing."""
+    found = split_part(path.name)
+    if found is None or found[0] != 1:
+        return (path,)
+    count = found[1]
+    prefix = path.name[: -len(f"-00001-of-{count:05d}.gguf")]
+    parts = tuple(path.with_name(f"{prefix}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise QuantizeError(f"the split model {path.name} lacks {', '.join(missing)}", hint="put every part beside it")
+    return parts
+
+
+def _tensors(parts: tuple[Path, ...]) -> tuple[tuple[TensorEntry, ...], int]:
+    """Every part's tensors, in order, and the bytes of the parts' headers together."""
+    tensors: list[TensorEntry] = []
+    headers = 0
+    path = parts[0]
     try:
-        return read_gguf_tensors(path)
+        for path in parts:
+            found, data_start = read_gguf_tensors(path)
+            tensors += found
+            headers += data_start
     except LocalInferError as exc:
         raise QuantizeError(
             f"{path} cannot be read as GGUF: {exc.message}", hint="is it a complete GGUF file?"
         ) from exc
+    return tuple(tensors), headers
 
 
-def _file_type(path: Path) -> tuple[str | None, bool]:
-    """The most common type of the file's matrices, and whether any matrix is quantized."""
-    tensors, _ = _tensors(path)
+def _file_type(parts: tuple[Path, ...]) -> tuple[str | None, bool]:
+    """The most common type of the model's matrices, and whether any matrix is quantized."""
+    tensors, _ = _tensors(parts)
     counts: dict[str, int] = {}
     quantized = False
     for tensor in tensors:
@@ -132,11 +155,11 @@ def _type_name(ggml_type: int) -> str:
         return f"type {ggml_type}"
 
 
-def estimate_size(path: Path, options: Options) -> int:
+def estimate_size(parts: tuple[Path, ...], options: Options) -> int:
     """Bytes the quantized file will take, nominally: the matrices at the type's bits per weight (or its fallback
     for rows that are not a multiple of 256; the output head and token embeddings at Q6_K or better, as
     llama.cpp keeps them unless ``pure``), vectors in F32, and the source's metadata."""
-    tensors, data_start = _tensors(path)
+    tensors, data_start = _tensors(parts)
     fallback = fallback_bpw(options.type)
     total = data_start if tensors else 0
     for tensor in tensors:
@@ -197,7 +220,7 @@ def quantize_model(
         raise QuantizeError(exc.message, hint=exc.hint) from exc
     if store.get(name) is not None:
         raise QuantizeError(f"'{name}' is already a model here", hint=f"choose another --name, or 'rm {name}' first")
-    estimate = estimate_size(source.path, options)
+    estimate = estimate_size(source.parts, options)
     free = free_bytes(store.root)
     if free < estimate * _MARGIN:
         raise QuantizeError(
@@ -209,10 +232,13 @@ def quantize_model(
     store.tmp_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="quantize-", dir=store.tmp_dir))
     try:
-        output = work / "model.gguf"
+        keep_split = options.keep_split and len(source.parts) > 1
+        # llama.cpp names the parts it writes <target>-0000i-of-0000N.gguf
+        output = work / ("model" if keep_split else "model.gguf")
         job = {
             "source": str(source.path),
             "target": str(output),
+            "keep_split": keep_split,
             "ftype": options.type.ftype,
             "threads": options.threads,
             "allow_requantize": options.allow_requantize,
@@ -223,7 +249,12 @@ def quantize_model(
         imatrix_record = _imatrix_job(options, imatrix_input, source, work, job, progress)
         _run_worker(job, work / "worker.log", options.type.name, progress)
         progress(ProgressEvent(f"registering {name}"))
-        manifest = _install(store, output, name, source, options, imatrix_record)
+        if keep_split:
+            manifest = _install_parts(
+                store, sorted(work.glob("model-*-of-*.gguf")), name, source, options, imatrix_record
+            )
+        else:
+            manifest = _install(store, output, name, source, options, imatrix_record)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return Quantized(manifest, source, estimate, time.monotonic() - started)
@@ -321,6 +352,75 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _install_parts(
+    store: ModelStore,
+    parts: list[Path],
+    name: str,
+    source: Source,
+    options: Options,
+    imatrix: dict[str, object] | None,
+) -> Manifest:
+    """Move the parts of a ``--keep-split`` result, named as llama.cpp finds them from the first one, into a
+    folder of their own under the store (the store's blobs are named by content, which llama.cpp cannot follow
+    from part to part) with one rename, then register them; removing the model deletes them."""
+    if len(parts) != len(source.parts):
+        raise QuantizeError(
+            f"llama.cpp's quantizer wrote {len(parts)} parts for a source of {len(source.parts)}",
+            hint="quantize without --keep-split",
+        )
+    folder = store.split_dir / store.folder_name(name)
+    if folder.exists():
+        raise QuantizeError(f"{folder} is in the way", hint=f"remove it, or choose another --name than '{name}'")
+    staged = parts[0].parent
+    for extra in staged.iterdir():  # the worker's log, an importance matrix: the folder holds the parts only
+        if extra not in parts:
+            shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, folder)
+    files = tuple(
+        ModelFile(
+            path=folder / part.name,
+            size=(folder / part.name).stat().st_size,
+            sha256=_sha256(folder / part.name),
+            owned=True,
+        )
+        for part in parts
+    )
+    manifest = Manifest(
+        name=name,
+        source=f"quantize:{source.origin}",
+        format="gguf",
+        files=files,
+        quantization=options.type.name,
+        created=int(time.time()),
+    )
+    try:
+        write_lineage(store, str(files[0].sha256), _lineage(source, options, imatrix))
+        store.register(manifest)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _lineage(source: Source, options: Options, imatrix: dict[str, object] | None) -> Lineage:
+    return Lineage(
+        source_name=source.name,
+        source=source.origin,
+        source_sha256=source.sha256,
+        source_type=source.file_type,
+        type=options.type.name,
+        requantized=source.quantized,
+        options={
+            "output_tensor_type": options.output_tensor_type,
+            "token_embedding_type": options.token_embedding_type,
+            "pure": options.pure,
+            "keep_split": options.keep_split,
+        },
+        imatrix=imatrix,
+    )
+
+
 def _install(
     store: ModelStore,
     output: Path,
@@ -343,22 +443,8 @@ def _install(
         quantization=options.type.name,
         created=int(time.time()),
     )
-    lineage = Lineage(
-        source_name=source.name,
-        source=source.origin,
-        source_sha256=source.sha256,
-        source_type=source.file_type,
-        type=options.type.name,
-        requantized=source.quantized,
-        options={
-            "output_tensor_type": options.output_tensor_type,
-            "token_embedding_type": options.token_embedding_type,
-            "pure": options.pure,
-        },
-        imatrix=imatrix,
-    )
     try:
-        write_lineage(store, sha256, lineage)
+        write_lineage(store, sha256, _lineage(source, options, imatrix))
         store.register(manifest)
     except BaseException:
         if not existed:

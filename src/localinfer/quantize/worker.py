@@ -31,6 +31,7 @@ def quantize(job: dict[str, Any]) -> int:
     params.nthread = int(job.get("threads") or 0)
     params.allow_requantize = bool(job.get("allow_requantize"))
     params.pure = bool(job.get("pure"))
+    params.keep_split = bool(job.get("keep_split"))
     if job.get("output_tensor_type") is not None:
         params.output_tensor_type = int(job["output_tensor_type"])
     if job.get("token_embedding_type") is not None:
