@@ -59,6 +59,9 @@ def test_quantize_writes_registers_and_shows_the_lineage_and_check_figures(
     text = capsys.readouterr().out
     assert "quantized from      smollm2-f16 (F16" in text and "mean KLD" in text
 
+    assert main(["--home", str(home), "rm", "smollm2-f16-Q8_0"]) == 0
+    assert leftovers(home) == []  # the file, its manifest and its lineage record
+
 
 def test_the_size_estimate_is_within_ten_percent_of_the_file(smollm2_f16: Path, tmp_path: Path) -> None:
     store = ModelStore(tmp_path / "models")

@@ -127,6 +127,11 @@ class ModelStore:
         """Where converted ONNX models live, one folder per model."""
         return self.root / "onnx"
 
+    def record_path(self, sha256: str) -> Path:
+        """Where a record about the file with this sha256 is kept (``quantize``'s lineage): it goes when the file
+        goes."""
+        return self.root / "quantized" / f"sha256-{sha256}.json"
+
     @property
     def split_dir(self) -> Path:
         """Where split GGUF models that localinfer wrote live (``quantize --keep-split``), one folder per model:
@@ -193,6 +198,10 @@ class ModelStore:
                 f.path.unlink(missing_ok=True)
             elif f.owned:
                 _remove_cached_file(f.path)
+            else:
+                continue
+            if f.sha256 and _SHA256_RE.match(f.sha256):
+                self.record_path(f.sha256).unlink(missing_ok=True)
         owned_folders = (self.onnx_dir, self.split_dir)
         for folder in {f.path.parent for f in manifest.files if f.owned and f.path.parent.parent in owned_folders}:
             with contextlib.suppress(OSError):  # kept when something else was put in it

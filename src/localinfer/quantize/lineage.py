@@ -49,7 +49,7 @@ def describe_imatrix(record: dict[str, Any]) -> str:
 
 
 def _path(store: ModelStore, sha256: str) -> Path:
-    return store.root / "quantized" / f"sha256-{sha256}.json"
+    return store.record_path(sha256)  # removed with the file it describes
 
 
 def write_lineage(store: ModelStore, sha256: str, lineage: Lineage) -> None:
