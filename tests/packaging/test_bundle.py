@@ -7,7 +7,8 @@ empty HOME, unpacking it once; with the AVX-512 variants of llama.cpp's CPU back
 loaded and scores the text as the default one does. A shared library or data file missing from the bundle fails
 these tests with its name (the command's stderr is in the failure).
 
-The bundles are built once per session (packaging/build caches them by their inputs' hash).
+The bundles are built once per session (packaging/build caches them by their inputs' hash): the one folder, and
+the one file carrying the starter, which stands for the plain one file too (they differ by the model only).
 """
 
 from __future__ import annotations
@@ -38,29 +39,33 @@ ROOT = Path(__file__).resolve().parents[2]
 CLOSED_INDEX = "http://127.0.0.1:9/simple"  # nothing listens on the discard port: no PyPI
 
 
-def build(*args: str) -> list[Path]:
+def build(*args: str, home: Path | None = None) -> list[Path]:
+    env = {**os.environ, **({"LOCALINFER_HOME": str(home)} if home is not None else {})}
     proc = subprocess.run(
-        [str(ROOT / "packaging" / "build"), *args], cwd=ROOT, capture_output=True, text=True, timeout=3300
+        [str(ROOT / "packaging" / "build"), *args], cwd=ROOT, capture_output=True, text=True, timeout=3300, env=env
     )
     assert proc.returncode == 0, f"packaging/build {' '.join(args)} failed:\n{proc.stderr[-4000:]}"
-    return [Path(line) for line in proc.stdout.strip().splitlines()[-(2 if args[:1] == ("--both",) else 1) :]]
+    return [Path(line) for line in proc.stdout.strip().splitlines()[-1:]]
 
 
 @pytest.fixture(scope="session")
-def bundles() -> dict[str, Path]:
-    onefile, onedir = build("--both")
-    return {"onefile": onefile, "onedir": onedir}
+def onedir() -> Path:
+    (app,) = build("--onedir")
+    return app
 
 
 @pytest.fixture(scope="session")
-def with_starter() -> Path:
-    (app,) = build("--with-model", "smollm2")
+def with_starter(test_home: Path, smollm2: Manifest) -> Path:
+    """The one file, carrying the starter (built once: the plain one file differs from it only by the model),
+    taken from the test home."""
+    (app,) = build("--with-model", "smollm2", home=test_home)
     return app
 
 
 @pytest.fixture(params=["onefile", "onedir"])
-def app(request: pytest.FixtureRequest, bundles: dict[str, Path]) -> Path:
-    return bundles[request.param]
+def app(request: pytest.FixtureRequest) -> Path:
+    fixture = "with_starter" if request.param == "onefile" else "onedir"
+    return Path(request.getfixturevalue(fixture))
 
 
 @pytest.fixture
