@@ -25,7 +25,7 @@ from localinfer.quantize import builder
 from localinfer.quantize.gguf_source import FLOAT32_UP_TO, dequantize, gguf_add_bos, set_add_bos, write_hf_folder
 
 PROVENANCE = "localinfer-convert.json"
-CONVERTER_VERSION = 2  # bumped whenever the same source and builder would give a different folder or report
+CONVERTER_VERSION = 3  # bumped whenever the same source and builder would give a different folder or report
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from importlib import resources
@@ -38,6 +38,66 @@ class Divergence:
     kld_max: float
     same_top: float  # share of positions, 0..1
     mean_delta_p: float  # mean of p(model) - p(base) of the correct token, -1..1
+
+
+@dataclass(frozen=True)
+class Positions:
+    """A model's next-token distributions against a base's, one entry per position, in
+    ``llama-perplexity --kl-divergence``'s terms: ``kld`` is KL(base || model) (terms where the base's log
+    probability is below -16 left out), ``same_top`` whether both rank the same token first, ``delta_p`` the
+    correct token's probability under the model minus under the base. ``compare_positions`` makes them;
+    ``perplexity.measure`` and the ONNX conversion's check (``quality``) both sum them up here."""
+
+    kld: np.ndarray[Any, np.dtype[np.float64]]
+    same_top: np.ndarray[Any, np.dtype[np.bool_]]
+    delta_p: np.ndarray[Any, np.dtype[np.float64]]
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[Positions]) -> Positions:
+        return cls(
+            np.concatenate([p.kld for p in parts]),
+            np.concatenate([p.same_top for p in parts]),
+            np.concatenate([p.delta_p for p in parts]),
+        )
+
+    def __len__(self) -> int:
+        return len(self.kld)
+
+    @property
+    def kld_mean(self) -> float:
+        return float(self.kld.mean())
+
+    @property
+    def kld_p99(self) -> float:
+        return float(np.percentile(self.kld, 99))
+
+    @property
+    def kld_max(self) -> float:
+        return float(self.kld.max())
+
+    @property
+    def same_top_share(self) -> float:
+        return float(self.same_top.mean())
+
+    @property
+    def mean_delta_p(self) -> float:
+        return float(self.delta_p.mean())
+
+
+def compare_positions(
+    base_logp: np.ndarray[Any, np.dtype[np.float64]],
+    logp: np.ndarray[Any, np.dtype[np.float64]],
+    targets: np.ndarray[Any, np.dtype[np.int64]],
+) -> Positions:
+    """Compare the model's log-probabilities ``logp`` with the base's ``base_logp`` (rows: positions, columns: the
+    vocabulary, as ``_log_probs`` gives them), where row ``i`` predicts ``targets[i]``."""
+    rows = np.arange(len(targets))
+    kept = base_logp > _LOG_FLOOR
+    return Positions(
+        kld=np.where(kept, np.exp(base_logp) * (base_logp - logp), 0.0).sum(axis=1),
+        same_top=logp.argmax(axis=1) == base_logp.argmax(axis=1),
+        delta_p=np.exp(logp[rows, targets]) - np.exp(base_logp[rows, targets]),
+    )
 
 
 @dataclass(frozen=True)
@@ -106,6 +166,14 @@ def _chunk_logits(llm: Any, chunk: list[int], first: int) -> np.ndarray[Any, np.
     return np.ctypeslib.as_array(pointer, shape=(n_out, llm.n_vocab()))[:-1]
 
 
+def cut_chunks(llm: Any, tokens: list[int], ctx: int, n_chunks: int) -> list[list[int]]:
+    """The first ``n_chunks`` chunks of ``ctx`` tokens of ``tokens``, each starting with BOS when ``llm``'s
+    vocabulary adds one (it replaces the chunk's first token), as llama-perplexity cuts them."""
+    bos = llm.token_bos() if llm._model.add_bos_token() else None
+    cut = [tokens[i * ctx : (i + 1) * ctx] for i in range(n_chunks)]
+    return [[bos, *chunk[1:]] if bos is not None else chunk for chunk in cut]
+
+
 def _log_normalizer(logits: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, np.dtype[np.float64]]:
     """Each row's log of the sum of exponentials, as llama-perplexity computes it: exponentials in single
     precision after subtracting the row's maximum, summed in double. Blocks of rows go to one thread per core,
@@ -169,18 +237,11 @@ def measure(
                 hint="pass a longer --text or a smaller --ctx",
             )
         n_chunks = available if chunks is None else max(1, min(chunks, available))
-        add_bos = bool(llm._model.add_bos_token())
-        bos = llm.token_bos()
         first = ctx // 2
         nll: list[np.ndarray[Any, np.dtype[np.float64]]] = []
         base_nll: list[np.ndarray[Any, np.dtype[np.float64]]] = []
-        kld: list[np.ndarray[Any, np.dtype[np.float64]]] = []
-        same: list[np.ndarray[Any, np.dtype[np.bool_]]] = []
-        delta_p: list[np.ndarray[Any, np.dtype[np.float64]]] = []
-        for i in range(n_chunks):
-            chunk = tokens[i * ctx : (i + 1) * ctx]
-            if add_bos:
-                chunk[0] = bos
+        compared: list[Positions] = []
+        for i, chunk in enumerate(cut_chunks(llm, tokens, ctx, n_chunks)):
             targets = np.asarray(chunk[first + 1 :])
             rows = np.arange(len(targets))
             logits = _chunk_logits(llm, chunk, first)
@@ -189,10 +250,7 @@ def measure(
                 logp = _log_probs(logits)
                 base_logp = _log_probs(_chunk_logits(base_llm, chunk, first))
                 base_nll.append(-base_logp[rows, targets])
-                kept = base_logp > _LOG_FLOOR
-                kld.append(np.where(kept, np.exp(base_logp) * (base_logp - logp), 0.0).sum(axis=1))
-                same.append(logp.argmax(axis=1) == base_logp.argmax(axis=1))
-                delta_p.append(np.exp(-nll[-1]) - np.exp(-base_nll[-1]))
+                compared.append(compare_positions(base_logp, logp, targets))
             if on_chunk is not None:
                 on_chunk(i + 1, n_chunks)
     finally:
@@ -203,14 +261,14 @@ def measure(
     ppl, error = _ppl(all_nll)
     divergence = None
     if base_llm is not None:
-        values = np.concatenate(kld)
+        positions = Positions.concatenate(compared)
         divergence = Divergence(
             base_ppl=_ppl(np.concatenate(base_nll))[0],
-            kld_mean=float(values.mean()),
-            kld_p99=float(np.percentile(values, 99)),
-            kld_max=float(values.max()),
-            same_top=float(np.concatenate(same).mean()),
-            mean_delta_p=float(np.concatenate(delta_p).mean()),
+            kld_mean=positions.kld_mean,
+            kld_p99=positions.kld_p99,
+            kld_max=positions.kld_max,
+            same_top=positions.same_top_share,
+            mean_delta_p=positions.mean_delta_p,
         )
     return Report(ppl, error, ctx, n_chunks, int(all_nll.size), divergence)
 

@@ -27,7 +27,9 @@ def add_parser(subparsers: Any) -> None:
         help="convert a model to ONNX (onnxruntime-genai)",
         description="Convert a GGUF model (a name from 'localinfer ls' or a .gguf path) or a Hugging Face model "
         "folder to an onnxruntime-genai model with its model builder, offline, and register it. A quantized GGUF "
-        "is dequantized first. Afterwards a short greedy generation with both models checks that they agree.",
+        "is dequantized first. Afterwards both models score the same text and it prints the KL divergence of the "
+        "ONNX model's token distributions from the GGUF's (as 'localinfer perplexity --base' does) and how long "
+        "their greedy continuations agree.",
         epilog="Needs the convert extra: pip install 'localinfer[convert]'.",
     )
     p.add_argument("source", help="a model name, a .gguf file, or a Hugging Face model folder")
@@ -40,7 +42,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--target", choices=TARGETS, default="cpu", help="the device it is built for (default cpu)")
     p.add_argument("--name", help="the name to register it under (default: SOURCE-onnx-PRECISION)")
-    p.add_argument("--no-check", action="store_true", help="skip the greedy comparison with the GGUF")
+    p.add_argument("--no-check", action="store_true", help="skip the comparison with the GGUF")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the result")
     p.set_defaults(run=run)
 
@@ -84,7 +86,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def quality_line(converted: Converted) -> str:
-    """The greedy comparison of the ONNX model with its GGUF, as one line; a check that fails says why."""
+    """The comparison of the ONNX model with its GGUF (KL divergence, same top token, greedy agreement), as one
+    line; a check that fails says why."""
     from localinfer.quantize.quality import greedy_agreement
 
     try:
