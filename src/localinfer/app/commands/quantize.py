@@ -55,9 +55,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="TEXT_FILE",
         help="compute an importance matrix first, from TEXT_FILE or localinfer's default text (after SOURCE)",
     )
-    p.add_argument(
-        "--keep-split", action="store_true", help="a split source gives as many parts (default: one file)"
-    )
+    p.add_argument("--keep-split", action="store_true", help="a split source gives as many parts (default: one file)")
     p.add_argument("--threads", type=int, default=0, help="quantizer threads (default: all cores)")
     p.add_argument("--check", action="store_true", help="measure perplexity and KLD against the source after")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the result")
