@@ -88,6 +88,7 @@ def test_a_quantized_source_is_refused_without_allow_requantize(
         ("missing.gguf", "Q8_0", "localinfer: there is no model or GGUF file called 'missing.gguf'"),
         ("{dir}", "Q8_0", "is a folder, not a GGUF file"),
         ("{text}", "Q8_0", "is not a GGUF file"),
+        ("{cut}", "Q8_0", "cannot be read as GGUF"),
         ("{f16}", "IQ2_XXS", "localinfer: IQ2_XXS needs an importance matrix"),
     ],
 )
@@ -102,7 +103,9 @@ def test_bad_input_is_one_line_with_a_hint_and_leaves_nothing(
 ) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("not a model\n")
-    source = source.format(f16=smollm2_f16, dir=tmp_path, text=text)
+    cut = tmp_path / "cut.gguf"  # a GGUF cut off inside its header
+    cut.write_bytes(smollm2_f16.read_bytes()[:4096])
+    source = source.format(f16=smollm2_f16, dir=tmp_path, text=text, cut=cut)
     assert main(["--home", str(home), "quantize", source, "--type", type_name]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and message in err[0] and err[1].startswith("hint: ")

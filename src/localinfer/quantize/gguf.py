@@ -98,9 +98,10 @@ def resolve_source(models: ModelSource, ref: str) -> Source:
         raise QuantizeError(f"{manifest.name} is a {manifest.format} model", hint="quantize a GGUF model")
     if not manifest.files_present():
         raise QuantizeError(f"the files of {manifest.name} are missing or changed: {manifest.path}", hint="pull again")
-    parts = tuple(f.path for f in manifest.files) if len(manifest.files) > 1 else _split_parts(manifest.path)
+    typed = path if path.is_file() else manifest.path  # as typed: a link's own name says it is a split part
+    parts = tuple(f.path for f in manifest.files) if len(manifest.files) > 1 else _split_parts(typed)
     file_type, quantized = _file_type(parts)
-    return Source(manifest.name, manifest.path, manifest.source, manifest.files[0].sha256, file_type, quantized, parts)
+    return Source(manifest.name, parts[0], manifest.source, manifest.files[0].sha256, file_type, quantized, parts)
 
 
 def _split_parts(path: Path) -> tuple[Path, ...]:
@@ -207,7 +208,7 @@ def quantize_model(
     embedding_type = _tensor_type(options.token_embedding_type, "--token-embedding-type")
     source = resolve_source(models, ref)
     if isinstance(imatrix_input, Matrix) and options.imatrix is not None:
-        check_fits(imatrix_input, source.path, options.imatrix.name)
+        check_fits(imatrix_input, source.parts, options.imatrix.name)
     if source.quantized and not options.allow_requantize:
         raise QuantizeError(
             f"{source.name} is already quantized ({source.file_type}); quantizing it again compounds the loss",

@@ -28,7 +28,8 @@ from typing import Any
 import gguf
 import numpy as np
 
-from localinfer.errors import QuantizeError
+from localinfer.errors import LocalInferError, QuantizeError
+from localinfer.models.metadata.gguf import read_gguf_tensors
 
 F32Array = np.ndarray[Any, np.dtype[np.float32]]
 I64Array = np.ndarray[Any, np.dtype[np.int64]]
@@ -224,11 +225,15 @@ def _legacy_trailer(reader: _LegacyReader) -> tuple[int, tuple[str, ...]]:
     return chunk_count, (name.decode("utf-8", errors="replace"),) if name else ()
 
 
-def check_fits(matrix: Matrix, model: Path, label: str) -> None:
+def check_fits(matrix: Matrix, parts: tuple[Path, ...], label: str) -> None:
     """Raise QuantizeError unless ``matrix`` was computed for a model shaped like the GGUF ``model``: some entry
     names one of its weights, and every entry that does has one value per column and expert (the size
     llama_model_quantize checks, which would otherwise fail midway)."""
-    shapes = {t.name: [int(n) for n in t.shape] for t in gguf.GGUFReader(model).tensors}
+    try:
+        shapes = {t.name: list(t.shape) for part in parts for t in read_gguf_tensors(part)[0]}
+    except LocalInferError as exc:
+        raise QuantizeError(exc.message, hint=exc.hint) from exc
+    model = parts[0]
     found = [name for name in matrix.entries if name in shapes]
     if not found:
         raise QuantizeError(

@@ -58,7 +58,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.quantize.perplexity import read_text
 
     source = resolve_source(ModelLibrary.from_settings(settings), args.model)
-    output: Path = (args.output or Path(f"{source.name}.imatrix.gguf")).expanduser()
+    default = Path(f"{source.name.replace('/', '--').replace(':', '-')}.imatrix.gguf")  # a file here, for org/repo:TAG
+    output: Path = (args.output or default).expanduser()
     check_writable(output)
     text = read_text(args.text)
     renderer = ProgressLine(sys.stderr)

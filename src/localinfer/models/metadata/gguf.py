@@ -316,16 +316,21 @@ def read_gguf_tensors(path: Path) -> tuple[tuple[TensorEntry, ...], int]:
 
 
 def _parse_tensors(path: Path, buf: mmap.mmap, size: int) -> tuple[tuple[TensorEntry, ...], int]:
-    header, n_tensors, meta = _read_metadata(path, buf)
-    entries = []
-    for _ in range(n_tensors):
-        name = header.string()
-        n_dims = header.u32()
-        if n_dims > 16:
-            raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
-        shape = tuple(header.u64() for _ in range(n_dims))
-        entries.append(TensorEntry(name, shape, header.u32()))
-        header.u64()  # the data offset
+    try:
+        header, n_tensors, meta = _read_metadata(path, buf)
+        entries = []
+        for _ in range(n_tensors):
+            name = header.string()
+            n_dims = header.u32()
+            if n_dims > 16:
+                raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
+            shape = tuple(header.u64() for _ in range(n_dims))
+            entries.append(TensorEntry(name, shape, header.u32()))
+            header.u64()  # the data offset
+    except _Truncated:
+        raise _truncated(path, size, None) from None
+    except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        raise _unreadable(path, exc) from exc
     return tuple(entries), -(-header.pos // _alignment(meta)) * _alignment(meta)
 
 
