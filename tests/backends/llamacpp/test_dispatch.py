@@ -288,6 +288,7 @@ class PrefillDecoder(Decoder):
         assert slot.idle, "a job was started on a busy slot"
         assert id(job) not in self.streaming, "a job that was streaming was started again"
         slot.job = job
+        slot.cached = []  # no prefix reuse here: every start computes its whole prompt
         slot.to_prefill = list(job.prompt)
         self.started.append(job)
 
@@ -300,6 +301,7 @@ class PrefillDecoder(Decoder):
             if job is None:
                 continue
             if slot.to_prefill:
+                slot.cached += slot.to_prefill[: self.chunk]
                 slot.to_prefill = slot.to_prefill[self.chunk :]
                 continue
             self.streaming.add(id(job))
@@ -366,6 +368,20 @@ def test_a_reply_already_streaming_never_yields_and_equal_priorities_never_take_
     decoder.turn()
     assert slots[0].job is streaming and slots[1].job is not None and slots[1].job.request_id == "3"
     assert prefilling.yielded and not streaming.yielded
+
+
+def test_a_prompt_more_than_half_computed_finishes_before_a_keystroke_gets_its_slot() -> None:
+    """Yielding throws away what the prompt computed: past half of it, finishing costs less than starting over."""
+    slots = [Slot(seq_id=0)]
+    queue = JobQueue(slots, max_queue=8)
+    decoder = PrefillDecoder(queue, slots, chunk=10)
+    chat = prioritised_job(0, 1, 40, Record())
+    queue.submit(chat)
+    for _ in range(3):
+        decoder.turn()  # 30 of its 40 prompt tokens computed
+    queue.submit(prioritised_job(1, 2, 4, Record()))
+    decoder.turn()
+    assert slots[0].job is chat and not chat.yielded
 
 
 @settings(max_examples=200, deadline=None)

@@ -15,7 +15,7 @@ from localinfer.types import GenerationOptions, GenerationRequest, Priority, Sam
 
 pytestmark = pytest.mark.model
 
-CHAT = "Summarise what the keeper wrote.\n" + "The keeper climbed the stairs, lit the lamp and wrote it down. " * 120
+CHAT = "Summarise what the keeper wrote.\n" + "The keeper climbed the stairs, lit the lamp and wrote it down. " * 240
 GREEDY = GenerationOptions(sampling=SamplingParams(temperature=0.0), max_tokens=8, ignore_eos=True, cache_prompt=False)
 
 
@@ -43,7 +43,8 @@ async def test_a_keystroke_takes_the_slot_of_a_long_chat_prompt_and_the_chat_sti
             if slot.is_processing and slot.n_cached >= 512:
                 break
             await asyncio.sleep(0.005)
-        assert slot.n_prompt - slot.n_cached > 512, "the prompt is still being computed when the keystroke comes"
+        # less than half the prompt computed when the keystroke comes, even one micro-batch later
+        assert slot.n_prompt - slot.n_cached > slot.n_cached + 1024, (slot.n_prompt, slot.n_cached)
         await reply(backend, "keystroke", "def add(a, b):\n    return", "high", events)
         contested = await chat
         assert events == ["keystroke streams", "keystroke done", "chat streams", "chat done"]

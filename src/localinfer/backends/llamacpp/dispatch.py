@@ -4,10 +4,10 @@ Requesters ``submit`` jobs from any thread; everything else runs on the inferenc
 step loop: ``collect`` takes what arrived (sleeping only when no slot is busy and no job waits, so a job can never
 be left waiting by a sleeping loop), then ``dispatch`` drops cancelled jobs and gives every free slot to the job
 of the highest priority that has waited longest (a keystroke's completion before queued chat, chat before batch
-work). When no slot is free, a job of higher priority takes the slot of one still computing its prompt, which
-yields between two steps (a step computes one micro-batch of prompt) and goes back in line. Because ``dispatch``
-runs after every step, whatever finished, was cancelled or arrived in between, a slot never idles while a job
-waits.
+work). When no slot is free, a job of higher priority takes the slot of one still computing its prompt (less than
+half computed), which yields between two steps (a step computes one micro-batch of prompt) and goes back in line.
+Because ``dispatch`` runs after every step, whatever finished, was cancelled or arrived in between, a slot never
+idles while a job waits.
 """
 
 from __future__ import annotations
@@ -131,9 +131,10 @@ class JobQueue:
 
     def _slot_to_yield(self, priority: int) -> Slot | None:
         """The slot a job of ``priority`` may take when none is free: one still computing the prompt of a job of
-        lower priority (the lowest, then the one with most prompt left), which goes back in line and starts again
-        later from what its slot still caches. A job yields once at most, so a stream of keystrokes cannot hold
-        it back for ever; a job that is generating never yields (its reply is already streaming)."""
+        lower priority that has computed less of it than is left (the lowest priority, then the least computed),
+        so little work is lost. That job goes back first in line and computes its prompt again, less what it
+        still shares with what its slot then caches. A job yields once at most; a job that is generating never
+        yields (its reply is already streaming)."""
         candidates = [
             slot
             for slot in self._slots
@@ -142,10 +143,11 @@ class JobQueue:
             and slot.to_prefill
             and slot.next_token is None
             and not slot.job.yielded
+            and _computed(slot) < len(slot.to_prefill)
         ]
         if not candidates:
             return None
-        return min(candidates, key=lambda s: (s.job.priority if s.job is not None else 0, -len(s.to_prefill)))
+        return min(candidates, key=lambda s: (s.job.priority if s.job is not None else 0, _computed(s)))
 
     def close(self, error: GenerationFailed) -> None:
         """Refuse submissions from now on; fail and close every job that has no slot yet, arriving ones included."""
@@ -167,3 +169,8 @@ class JobQueue:
     def _left_queue(self) -> None:
         with self._lock:
             self._pending -= 1
+
+
+def _computed(slot: Slot) -> int:
+    """Prompt tokens the slot's job has computed itself (beyond the prefix it found cached)."""
+    return len(slot.cached) - (slot.job.cached_tokens if slot.job is not None else 0)

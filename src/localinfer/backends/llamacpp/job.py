@@ -136,7 +136,8 @@ class Slot:
         return self.job is None
 
     def yield_job(self) -> Job:
-        """Give up the job, mid-prompt, for one of higher priority: the prompt computed so far stays cached."""
+        """Give up the job, mid-prompt, for one of higher priority, which will replace what this slot caches
+        beyond the prefix the two prompts share."""
         job = self.job
         assert job is not None and self.next_token is None, "only a job still computing its prompt yields"
         job.yielded = True
