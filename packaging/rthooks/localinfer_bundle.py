@@ -8,7 +8,7 @@ from pathlib import Path
 
 bundle = Path(getattr(sys, "_MEIPASS", Path(sys.executable).parent))
 lib_dir = bundle / "llama_cpp" / "lib"
-os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(lib_dir))
+os.environ["LLAMA_CPP_LIB_PATH"] = str(lib_dir)  # never another llama.cpp: the CPU variant is loaded into this one
 carried = bundle / "localinfer_models"
 if carried.is_dir():
     os.environ.setdefault("LOCALINFER_CARRIED_MODELS", str(carried))
