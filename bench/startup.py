@@ -15,6 +15,7 @@ Usage: .venv/bin/python bench/startup.py [--rounds 10] [--localinfer CMD] [--lla
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import subprocess
@@ -49,11 +50,9 @@ def serve_until_healthy(app: str, home: Path) -> float:
         while True:
             if proc.poll() is not None:
                 raise BenchError(f"{app} serve exited {proc.returncode}")
-            try:
+            with contextlib.suppress(httpx.HTTPError):  # not listening yet
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                     return time.perf_counter() - started
-            except httpx.HTTPError:
-                pass
             time.sleep(0.02)
     finally:
         proc.terminate()

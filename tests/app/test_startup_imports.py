@@ -31,11 +31,8 @@ HEAVY = (
 PROBE = """
 import contextlib, io, json, sys
 from localinfer.app.cli import main
-with contextlib.redirect_stdout(io.StringIO()):
-    try:
-        main(sys.argv[1:])
-    except SystemExit:
-        pass
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):  # --version and --help exit
+    main(sys.argv[1:])
 print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 """
 

@@ -121,11 +121,9 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"the server exited {self.proc.returncode}:\n{self.log.read_text()}"
-            try:
+            with contextlib.suppress(httpx.HTTPError):  # not listening yet
                 if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
                     return
-            except httpx.HTTPError:
-                pass
             time.sleep(0.3)
         raise AssertionError(f"not healthy after {timeout}s:\n{self.log.read_text()}")
 
