@@ -1,9 +1,11 @@
-"""llama.cpp's own tools (llama-server, llama-quantize, llama-perplexity), built by bench/build-llama-cpp from the
-source llama-cpp-python vendors, for the tests that compare localinfer with them. Where a tool is not built, those
-tests skip saying so (pytest's -ra lists the reason); every other real-model test runs."""
+"""llama.cpp's own tools (llama-server, llama-quantize, llama-perplexity, llama-imatrix), built by
+bench/build-llama-cpp from the source llama-cpp-python vendors, for the tests that compare localinfer with them.
+Where they are not built yet, the first test that needs one builds them (once, cached: about 5 minutes); a build
+that fails fails the test. None of these tests is skipped."""
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import subprocess
@@ -13,17 +15,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.app.server.conftest import free_port
 
 
-def llama_tool(name: str) -> Path | None:
+def llama_tool(name: str) -> Path:
     """``name`` where bench/build-llama-cpp caches its builds for the llama-cpp-python version installed (or the
-    path ``LOCALINFER_LLAMA_SERVER`` names, for llama-server); None when it is not built."""
+    path ``LOCALINFER_LLAMA_SERVER`` names, for llama-server), built first when it is not there."""
     explicit = os.environ.get("LOCALINFER_LLAMA_SERVER")
     if name == "llama-server" and explicit:
         return Path(explicit)
+    found = _built(name) or (_build() and _built(name))
+    assert found, f"bench/build-llama-cpp built no {name}"
+    return found
+
+
+def _built(name: str) -> Path | None:
     default_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "localinfer" / "build"
     cache = Path(os.environ.get("LOCALINFER_BUILD_CACHE") or default_cache)
     version = importlib.metadata.version("llama_cpp_python")
@@ -31,13 +38,21 @@ def llama_tool(name: str) -> Path | None:
     return found[0] if found else None
 
 
+@functools.cache
+def _build() -> bool:
+    """Run bench/build-llama-cpp once per session (it rebuilds nothing that is cached)."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        ["bash", str(root / "bench" / "build-llama-cpp")], capture_output=True, text=True, timeout=3000, check=False
+    )
+    assert proc.returncode == 0, f"bench/build-llama-cpp failed:\n{proc.stderr[-4000:]}"
+    return True
+
+
 @contextmanager
 def llama_server(model: Path, log_dir: Path, *args: str) -> Iterator[str]:
-    """A llama-server on ``model`` with ``args``, its URL while the block runs; skips the test when it is not
-    built."""
+    """A llama-server on ``model`` with ``args``, its URL while the block runs."""
     binary = llama_tool("llama-server")
-    if binary is None:
-        pytest.skip("llama-server is not built here: run bench/build-llama-cpp (about 5 minutes) to compare with it")
     port = free_port()
     log = log_dir / f"llama-server-{port}.log"
     command = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *args]
