@@ -83,13 +83,15 @@ class Decoder:
         self.queue.dispatch(self.start, self.release)
         before_step()
         for slot in self.slots:
-            job = slot.job
-            if job is None:
-                continue
-            job.generated += 1
-            if job.reached_max_tokens():
-                job.finish("length")
-                self.release(slot)
+            if slot.job is not None:
+                self.advance(slot, slot.job)
+
+    def advance(self, slot: Slot, job: Job) -> None:
+        """One token for ``job``; released once it has made its ``max_tokens``."""
+        job.generated += 1
+        if job.reached_max_tokens():
+            job.finish("length")
+            self.release(slot)
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -292,23 +294,13 @@ class PrefillDecoder(Decoder):
         slot.to_prefill = list(job.prompt)
         self.started.append(job)
 
-    def turn(self, before_step: Callable[[], None] = lambda: None) -> None:
-        assert self.queue.collect()
-        self.queue.dispatch(self.start, self.release)
-        before_step()
-        for slot in self.slots:
-            job = slot.job
-            if job is None:
-                continue
-            if slot.to_prefill:
-                slot.cached += slot.to_prefill[: self.chunk]
-                slot.to_prefill = slot.to_prefill[self.chunk :]
-                continue
-            self.streaming.add(id(job))
-            job.generated += 1
-            if job.reached_max_tokens():
-                job.finish("length")
-                self.release(slot)
+    def advance(self, slot: Slot, job: Job) -> None:
+        if slot.to_prefill:
+            slot.cached += slot.to_prefill[: self.chunk]
+            slot.to_prefill = slot.to_prefill[self.chunk :]
+            return
+        self.streaming.add(id(job))
+        super().advance(slot, job)
 
 
 def prioritised_job(index: int, rank: int, prompt_length: int, record: Record) -> TrackedJob:
