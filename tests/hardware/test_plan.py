@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from localinfer.hardware.model_profile import ModelProfile
-from localinfer.hardware.plan import Overrides, PlanError, fits_in, plan
+from localinfer.hardware.plan import CPU_COMPUTE_RESERVE, Overrides, PlanError, fits_in, plan
 from tests.hardware.profiles import GB, HARDWARE, MODELS
 
 # (machine, model, backend, device, GPU layers, context, slots, fits, words the explanation must hold)
@@ -140,13 +140,36 @@ def test_a_backend_asked_for_that_cannot_serve_the_format_is_refused() -> None:
         plan(h100, MODELS["SmolLM2 135M Q4_1"], Overrides(backend="tensorrt"))
 
 
-def test_a_context_that_does_not_fit_shrinks_until_it_does() -> None:
+def test_a_kv_cache_that_does_not_fit_in_f16_is_kept_in_q8_0_before_the_context_shrinks() -> None:
     small = HARDWARE["8 GB RAM machine"]  # 5 GiB free: 4 GiB after the margin
     wide = ModelProfile("wide", "gguf", 3 * GB, 32, 131072, 32 * 8 * 256 * 2)  # 2.8 GiB, and 1 GiB per 8192 tokens
     chosen = plan(small, wide)
     assert chosen.fits
-    assert chosen.ctx_size == 4096
-    assert "context 4096 tokens: a longer one would not fit in memory" in chosen.reasons
+    assert (chosen.ctx_size, chosen.cache_type_k, chosen.cache_type_v) == (8192, "q8_0", "q8_0")
+    assert any("KV cache in q8_0 (53% of f16's memory)" in reason for reason in chosen.reasons), chosen.reasons
+    # the memory counted is q8_0's: 34 bytes per 32 values where f16 takes 64
+    q8_0_per_token = 32 * 8 * 256 * 2 * 34 // 64
+    assert chosen.memory_bytes == wide.size_bytes + q8_0_per_token * 8192 * chosen.parallel + CPU_COMPUTE_RESERVE
+
+
+def test_a_context_that_does_not_fit_even_in_q8_0_shrinks_until_it_does() -> None:
+    small = HARDWARE["8 GB RAM machine"]
+    wider = ModelProfile("wider", "gguf", 3 * GB, 32, 131072, 32 * 8 * 256 * 8)  # 4 GiB of f16 per 8192 tokens
+    chosen = plan(small, wider)
+    assert chosen.fits
+    assert (chosen.cache_type_k, chosen.ctx_size) == ("q8_0", 2048)
+    assert "context 2048 tokens: a longer one would not fit in memory" in chosen.reasons
+
+
+def test_the_kv_cache_types_asked_for_win_and_a_model_that_fits_keeps_f16() -> None:
+    laptop = HARDWARE["laptop without GPU"]
+    smol = MODELS["SmolLM2 135M Q4_1"]
+    assert (plan(laptop, smol).cache_type_k, plan(laptop, smol).cache_type_v) == ("f16", "f16")
+    asked = plan(laptop, smol, Overrides(cache_type_k="q4_0", cache_type_v="q8_0"))
+    assert (asked.cache_type_k, asked.cache_type_v) == ("q4_0", "q8_0")
+    assert "KV cache of q4_0 keys and q8_0 values, as asked" in asked.reasons
+    only_keys = plan(laptop, smol, Overrides(cache_type_k="q8_0"))
+    assert (only_keys.cache_type_k, only_keys.cache_type_v) == ("q8_0", "f16")
 
 
 @pytest.mark.parametrize(

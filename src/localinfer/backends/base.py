@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from localinfer.errors import InvalidRequest
-from localinfer.types import GenerationOptions, GenerationRequest, TokenStream
+from localinfer.types import DEFAULT_KV_CACHE_TYPE, GenerationOptions, GenerationRequest, TokenStream
 
 
 class RelayedAnswer(Protocol):
@@ -40,6 +40,8 @@ class Capabilities:
     grammar: bool = False
     batching: bool = False
     token_prompts: bool = False  # takes a prompt as token ids (GenerationRequest.tokens)
+    kv_cache_types: bool = False  # keeps its KV cache in the types LoadSpec.cache_type_k/v name
+    speculative: bool = False  # drafts tokens and verifies them in one step (LoadSpec.speculation)
     # the optional operations: the engine checks these before it asks, and refuses what a backend does not do
     tokenize: bool = False  # tokenize, detokenize (and so fill-in-the-middle prompts)
     embed: bool = False
@@ -61,6 +63,11 @@ class LoadSpec:
     max_queue: int = 512
     gpu_layers: int = 0
     provider: str | None = None  # the ONNX Runtime execution provider (CUDAExecutionProvider...); None: the CPU
+    cache_type_k: str = DEFAULT_KV_CACHE_TYPE  # the KV cache's element types (types.KV_CACHE_BYTES); llama.cpp only
+    cache_type_v: str = DEFAULT_KV_CACHE_TYPE
+    speculation: str = "ngram"  # how generation drafts tokens to verify in one step: "ngram" (prompt lookup), "off"
+    draft_max: int = 16  # most tokens a draft has
+    draft_min: int = 0  # a shorter draft is not verified
     extra_args: tuple[str, ...] = ()  # passed as-is to an engine run as a process (vLLM: --tensor-parallel-size 2)
 
 
@@ -103,6 +110,8 @@ class ModelFacts:
     bos_id: int = -1  # the BOS token's id, -1 when the model has none
     n_batch: int = 512  # tokens one decode takes at most (llama-server's --batch-size; sizes the FIM prompt)
     reranker: bool = False  # its metadata states rank pooling: it scores query and document pairs, nothing else
+    cache_type_k: str = ""  # the element types its KV cache is kept in; "": the backend's own (ONNX, vLLM)
+    cache_type_v: str = ""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,14 @@ class LoadedModelStatus:
     in_flight: int = 0  # requests running on it now
     expires_in: float | None = None  # seconds until its keep-alive unloads it; None: in use, pinned or for good
     vram_bytes: int = 0  # the part of memory_bytes on GPUs
+    cache_type_k: str = ""  # the KV cache's element types (llama.cpp); "": the backend's own
+    cache_type_v: str = ""
+
+    def kv_cache(self) -> str:
+        """The KV cache's type as ``ps`` shows it: ``q8_0``, or ``q8_0/f16`` when keys and values differ."""
+        if self.cache_type_k == self.cache_type_v:
+            return self.cache_type_k or "-"
+        return f"{self.cache_type_k or '-'}/{self.cache_type_v or '-'}"
 
     def until(self, *, exact: bool = True) -> str:
         """When it is unloaded if no request comes, in ``ollama ps``'s words; minutes rounded up unless ``exact``."""

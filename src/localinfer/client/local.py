@@ -127,6 +127,8 @@ class LocalClient:
                 size_bytes=m.facts.model_bytes,
                 memory_bytes=sum(m.need.values()),
                 vram_bytes=sum(size for device, size in m.need.items() if device != RAM),
+                cache_type_k=m.facts.cache_type_k,
+                cache_type_v=m.facts.cache_type_v,
                 pinned=m.pinned,
                 in_flight=m.in_flight,
                 expires_in=m.expires_in,

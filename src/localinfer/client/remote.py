@@ -190,6 +190,8 @@ class HttpClient:
                 size_bytes=int(m.get("size_bytes") or 0),
                 memory_bytes=int(m.get("memory_bytes") or 0),
                 vram_bytes=int(m.get("vram_bytes") or 0),
+                cache_type_k=str(m.get("cache_type_k") or ""),
+                cache_type_v=str(m.get("cache_type_v") or ""),
                 pinned=bool(m.get("pinned")),
                 in_flight=int(m.get("in_flight") or 0),
                 expires_in=m.get("expires_in"),

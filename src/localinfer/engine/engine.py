@@ -53,6 +53,8 @@ from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.store import Manifest, ModelSource
 from localinfer.types import (
+    DEFAULT_KV_CACHE_TYPE,
+    OLLAMA_FORMAT_NAMES,
     ChatRequest,
     CompletionRequest,
     GenerationRequest,
@@ -116,17 +118,20 @@ class Engine:
             max_queue=s.max_queue,
             gpu_layers=s.gpu_layers or 0,
             extra_args=tuple(s.engine_args),
+            speculation=s.spec,
+            draft_max=s.draft_max,
+            draft_min=s.draft_min,
         )
+        if self._asks_kv_cache_types():
+            spec = dataclasses.replace(
+                spec,
+                cache_type_k=s.cache_type_k or DEFAULT_KV_CACHE_TYPE,
+                cache_type_v=s.cache_type_v or DEFAULT_KV_CACHE_TYPE,
+            )
         if self._hardware is None or manifest.format not in PLANNED_FORMATS:
             return spec
-        overrides = Overrides(
-            gpu_layers=s.gpu_layers,
-            ctx_size=spec.ctx_size or None,
-            parallel=s.parallel or None,
-            threads=s.threads or None,
-        )
         try:
-            chosen = plan(self._hardware, model_profile(manifest), overrides)
+            chosen = plan(self._hardware, model_profile(manifest), self._overrides(spec.ctx_size or None))
         except PlanError as exc:
             if manifest.format in RELAYED_FORMATS:  # its engine cannot run here: starting it would only fail later
                 raise ModelLoadError(exc.message, hint=exc.hint) from exc
@@ -147,19 +152,27 @@ class Engine:
             gpu_layers=chosen.gpu_layers,
             provider=chosen.provider,
             extra_args=spec.extra_args + chosen.engine_args,
+            cache_type_k=chosen.cache_type_k,
+            cache_type_v=chosen.cache_type_v,
+        )
+
+    def _overrides(self, ctx_size: int | None) -> Overrides:
+        """What the settings ask of the planner, for a context of ``ctx_size`` (None: planned)."""
+        s = self._settings
+        return Overrides(
+            gpu_layers=s.gpu_layers,
+            ctx_size=ctx_size,
+            parallel=s.parallel or None,
+            threads=s.threads or None,
+            cache_type_k=s.cache_type_k,
+            cache_type_v=s.cache_type_v,
         )
 
     def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:
         """What ``manifest`` loaded with a context of ``ctx_size`` takes, per device: the planner's estimate, or
         its file's size where there is no plan."""
         if self._hardware is not None and manifest.format in PLANNED_FORMATS:
-            s = self._settings
-            overrides = Overrides(
-                gpu_layers=s.gpu_layers,
-                ctx_size=(s.ctx_size if ctx_size is None else ctx_size) or None,
-                parallel=s.parallel or None,
-                threads=s.threads or None,
-            )
+            overrides = self._overrides((self._settings.ctx_size if ctx_size is None else ctx_size) or None)
             try:
                 return plan_need(plan(self._hardware, model_profile(manifest), overrides))
             except LocalInferError:
@@ -182,8 +195,21 @@ class Engine:
         backend = backend_for(manifest, self._backend_factory)
         return Runner(manifest, backend, asyncio.get_running_loop().create_future(), ctx_size)
 
+    def _asks_kv_cache_types(self) -> bool:
+        return (self._settings.cache_type_k, self._settings.cache_type_v) != (None, None)
+
     async def _load(self, runner: Runner) -> None:
-        await runner.backend.load(self._load_spec(runner.manifest, runner.ctx_size))
+        manifest = runner.manifest
+        if self._asks_kv_cache_types() and not runner.backend.capabilities.kv_cache_types:
+            kind = OLLAMA_FORMAT_NAMES.get(manifest.format, manifest.format)
+            raise ModelLoadError(
+                f"{manifest.name} ({kind}) is served by {runner.backend.name}, which keeps its KV cache in a type "
+                "of its own: --cache-type-k/--cache-type-v apply to GGUF models, served by llama.cpp",
+                hint="vLLM takes its own: --engine-arg=--kv-cache-dtype=fp8"
+                if manifest.format in RELAYED_FORMATS
+                else "start the server without them to serve this model",
+            )
+        await runner.backend.load(self._load_spec(manifest, runner.ctx_size))
         runner.template = ChatTemplate(runner.backend.facts)
         facts = runner.backend.facts
         log.info(

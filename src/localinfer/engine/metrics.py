@@ -59,6 +59,21 @@ class EngineMetrics:
             registry=r,
         )
         self._generated = Counter("localinfer_generated_tokens", "Tokens generated", ["model"], registry=r)
+        self._drafted = Counter(
+            "localinfer_draft_tokens", "Speculative decoding: draft tokens the model verified", ["model"], registry=r
+        )
+        self._draft_kept = Counter(
+            "localinfer_draft_tokens_accepted",
+            "Speculative decoding: draft tokens the model kept",
+            ["model"],
+            registry=r,
+        )
+        self._shared = Counter(
+            "localinfer_prompt_tokens_shared",
+            "Prompt tokens copied from another slot's cache (part of the cached ones)",
+            ["model"],
+            registry=r,
+        )
         self._ttft = Histogram(
             "localinfer_time_to_first_token_seconds",
             "From a request reaching the engine to its first chunk",
@@ -97,6 +112,10 @@ class EngineMetrics:
                             self._prompt.labels(model).inc(chunk.usage.prompt_tokens)
                             self._cached.labels(model).inc(chunk.usage.cached_tokens)
                             self._generated.labels(model).inc(chunk.usage.completion_tokens)
+                        if chunk.timings is not None:
+                            self._drafted.labels(model).inc(chunk.timings.draft_n)
+                            self._draft_kept.labels(model).inc(chunk.timings.draft_n_accepted)
+                            self._shared.labels(model).inc(chunk.timings.cache_shared_n)
                     yield chunk
         except (GeneratorExit, asyncio.CancelledError):
             if outcome == "error":  # closed (or its reader cancelled) before its last chunk

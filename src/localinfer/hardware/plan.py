@@ -6,7 +6,9 @@ Rules (issue 6):
 - ONNX (onnxruntime-genai) runs on ONNX Runtime with the best provider present: CUDA, DirectML, CoreML, else CPU.
 - A Hugging Face (safetensors) model runs on vLLM only on Linux with an NVIDIA GPU of compute capability >= 8.0 and
   >= 40 GiB, with vllm importable.
-- The user's ``--backend``, ``--gpu-layers`` and ``--ctx`` win over every rule.
+- The KV cache is f16, or q8_0 (about half the memory, a small loss) when an f16 one a whole context long does
+  not fit beside the weights; the context shrinks only when even that does not fit.
+- The user's ``--backend``, ``--gpu-layers``, ``--ctx`` and ``--cache-type-k/-v`` win over every rule.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from localinfer.errors import LocalInferError
 from localinfer.hardware.model_profile import ModelProfile
 from localinfer.hardware.profile import GiB, GPUInfo, HardwareProfile
+from localinfer.types import DEFAULT_KV_CACHE_TYPE, kv_cache_scale
 
 MiB = 1 << 20
 BACKENDS = ("llamacpp", "onnx", "vllm")
@@ -29,6 +32,7 @@ VLLM_MIN_CC = (8, 0)
 VLLM_MEMORY_SHARE = 0.9  # vLLM's default --gpu-memory-utilization
 VLLM_WEIGHTS_SHARE = 0.7  # of that, what weights may take so the KV cache keeps room for long contexts
 OFFLOAD_APIS = ("cuda", "rocm", "metal", "vulkan")
+SMALL_KV_CACHE_TYPE = "q8_0"  # what the cache is kept in when an f16 one does not fit
 ORT_PROVIDERS = (  # (provider, what it needs, how to say it)
     ("CUDAExecutionProvider", "nvidia", "the NVIDIA GPU through CUDA"),
     ("DmlExecutionProvider", "directml", "the GPU through DirectML"),
@@ -47,6 +51,8 @@ class Overrides:
     ctx_size: int | None = None
     parallel: int | None = None
     threads: int | None = None
+    cache_type_k: str | None = None  # the KV cache's element types (types.KV_CACHE_BYTES); None: planned
+    cache_type_v: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,8 @@ class Plan:
     fits: bool = True
     reasons: tuple[str, ...] = ()
     engine_args: tuple[str, ...] = ()  # for an engine run as a process (vLLM: --tensor-parallel-size 2)
+    cache_type_k: str = DEFAULT_KV_CACHE_TYPE  # llama.cpp's KV cache element types
+    cache_type_v: str = DEFAULT_KV_CACHE_TYPE
 
 
 def _gb(n: int) -> str:
@@ -127,12 +135,15 @@ def _gpu_budget(gpu: GPUInfo, hw: HardwareProfile) -> int:
 def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Overrides, gpu_offload: bool) -> Plan:
     reasons = [f"llama.cpp: {model.name} is a GGUF file"]
     ctx, why_ctx = _context(model, overrides)
-    kv_token = model.kv_bytes_per_token or 0
     gpus = [g for g in hw.gpus if g.api in OFFLOAD_APIS] if gpu_offload else []
     unified = any(g.unified_memory for g in gpus)
     gpu_room = sum(_gpu_budget(g, hw) for g in gpus)
     ram = _ram_budget(hw)
     room = ram if unified else ram + gpu_room  # unified memory is the same RAM: count it once
+    type_k, type_v, why_kv = _kv_cache_types(model, overrides, ctx, room)
+    reasons.append(why_kv)
+    kv_scale = kv_cache_scale(type_k, type_v)
+    kv_token = int((model.kv_bytes_per_token or 0) * kv_scale)
 
     # The context shrinks (unless it was asked for) until one slot fits beside the weights; when the weights
     # alone do not fit, shrinking it would not help.
@@ -167,7 +178,7 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
     elif not gpus:
         reasons.append("this build of llama.cpp cannot reach the GPU found (no CUDA, ROCm, Metal or Vulkan)")
     else:
-        per_layer = model.layer_bytes + model.kv_bytes_per_token_per_layer * ctx * slots
+        per_layer = model.layer_bytes + int(model.kv_bytes_per_token_per_layer * kv_scale) * ctx * slots
         gpu_layers = min(layers_total, gpu_room // max(per_layer, 1))
         device = _devices(gpus) if gpu_layers else "cpu"
         where = f"{len(gpus)} GPUs" if len(gpus) > 1 else gpus[0].name
@@ -183,7 +194,37 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
     threads = _threads(hw, overrides)
     reasons.append(f"{threads} CPU threads, one per physical core")
     return Plan(
-        "llamacpp", device, gpu_layers, ctx, slots, threads, memory_bytes=need, fits=fits, reasons=tuple(reasons)
+        "llamacpp",
+        device,
+        gpu_layers,
+        ctx,
+        slots,
+        threads,
+        memory_bytes=need,
+        fits=fits,
+        reasons=tuple(reasons),
+        cache_type_k=type_k,
+        cache_type_v=type_v,
+    )
+
+
+def _kv_cache_types(model: ModelProfile, overrides: Overrides, ctx: int, room: int) -> tuple[str, str, str]:
+    """The KV cache's key and value types and why: as asked; else f16 when one slot of it a whole context long
+    fits beside the weights, else q8_0 (the context then shrinks only if even that does not fit)."""
+    if overrides.cache_type_k or overrides.cache_type_v:
+        type_k = overrides.cache_type_k or DEFAULT_KV_CACHE_TYPE
+        type_v = overrides.cache_type_v or DEFAULT_KV_CACHE_TYPE
+        return type_k, type_v, f"KV cache of {type_k} keys and {type_v} values, as asked"
+    f16_slot = (model.kv_bytes_per_token or 0) * ctx
+    if model.size_bytes + f16_slot + CPU_COMPUTE_RESERVE <= room or model.size_bytes + CPU_COMPUTE_RESERVE > room:
+        return DEFAULT_KV_CACHE_TYPE, DEFAULT_KV_CACHE_TYPE, "KV cache in f16"
+    small = SMALL_KV_CACHE_TYPE
+    share = kv_cache_scale(small, small)
+    return (
+        small,
+        small,
+        f"KV cache in {small} ({share:.0%} of f16's memory): an f16 one {ctx} tokens long "
+        f"({_gb(f16_slot)}) would not fit beside the weights",
     )
 
 

@@ -13,6 +13,7 @@ from localinfer.errors import ConfigError
 from localinfer.hardware.model_profile import from_gguf, from_path
 from localinfer.hardware.plan import BACKENDS, Overrides, plan
 from localinfer.hardware.profile import GiB
+from localinfer.types import kv_cache_type
 
 if TYPE_CHECKING:
     from localinfer.config import Settings
@@ -48,14 +49,22 @@ def add_parser(subparsers: Any) -> None:
     plan.add_argument("--gpu-layers", type=int, help="with --plan: layers on the GPU (-1: all)")
     plan.add_argument("--ctx", type=int, help="with --plan: the context length in tokens")
     plan.add_argument("--parallel", type=int, help="with --plan: requests decoded together (slots)")
+    plan.add_argument("--cache-type-k", "-ctk", type=_kv_type, metavar="TYPE", help="with --plan: the KV cache's keys")
+    plan.add_argument(
+        "--cache-type-v", "-ctv", type=_kv_type, metavar="TYPE", help="with --plan: the KV cache's values"
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Detect the hardware and print it (detection reports failures as notes, never raises), and with ``--plan``
     how a model would run here; a model that cannot run here is a PlanError (one line and a hint)."""
-    if args.plan is None and (args.backend or args.gpu_layers is not None or args.ctx or args.parallel):
-        raise ConfigError("--backend, --gpu-layers, --ctx and --parallel go with --plan MODEL", hint="add --plan MODEL")
+    planning = (args.backend, args.gpu_layers, args.ctx, args.parallel, args.cache_type_k, args.cache_type_v)
+    if args.plan is None and any(value is not None for value in planning):
+        raise ConfigError(
+            "--backend, --gpu-layers, --ctx, --parallel and --cache-type-k/-v go with --plan MODEL",
+            hint="add --plan MODEL",
+        )
     from localinfer.hardware.detect import detect  # it probes llama.cpp and ONNX Runtime
     from localinfer.models.library import ModelLibrary
 
@@ -64,7 +73,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.plan is not None:
         model = model_profile(ModelLibrary.from_settings(settings), args.plan)
         overrides = Overrides(
-            backend=args.backend, gpu_layers=args.gpu_layers, ctx_size=args.ctx, parallel=args.parallel
+            backend=args.backend,
+            gpu_layers=args.gpu_layers,
+            ctx_size=args.ctx,
+            parallel=args.parallel,
+            cache_type_k=args.cache_type_k,
+            cache_type_v=args.cache_type_v,
         )
         chosen = plan(profile, model, overrides)
     if args.json:
@@ -102,12 +116,26 @@ def render_plan(name: str, chosen: Plan) -> str:
         row("device", chosen.device),
         row("gpu layers", "all" if chosen.gpu_layers < 0 else str(chosen.gpu_layers)),
         row("context", f"{chosen.ctx_size} tokens"),
+        row("kv cache", _kv_label(chosen) if chosen.backend == "llamacpp" else "the backend's own"),
         row("slots", str(chosen.parallel) if chosen.parallel else "the backend's own batching"),
         row("threads", str(chosen.threads)),
         row("memory", _gib(chosen.memory_bytes) + ("" if chosen.fits else " (more than this machine has free)")),
     ]
     why = [f"  - {reason}" for reason in chosen.reasons]
     return "\n".join(section(f"Plan for {name}", [*rows, "why", *why])).rstrip()
+
+
+def _kv_type(value: str) -> str:
+    try:
+        return kv_cache_type(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _kv_label(chosen: Plan) -> str:
+    if chosen.cache_type_k == chosen.cache_type_v:
+        return chosen.cache_type_k
+    return f"{chosen.cache_type_k} keys, {chosen.cache_type_v} values"
 
 
 def render_report(profile: HardwareProfile) -> str:

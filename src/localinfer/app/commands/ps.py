@@ -63,7 +63,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
     if not models:
         return "no model is loaded"
-    header = ("NAME", "MEMORY", "PROCESSOR", "BACKEND", "CONTEXT", "SLOTS", "UNTIL")
+    header = ("NAME", "MEMORY", "PROCESSOR", "BACKEND", "CONTEXT", "KV CACHE", "SLOTS", "UNTIL")
     rows = [
         (
             m.name,
@@ -71,6 +71,7 @@ def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
             m.placement(),
             m.backend + (f" ({m.gpu_layers} GPU layers)" if m.gpu_layers else ""),
             str(m.context_length),
+            m.kv_cache(),
             str(m.slots),
             m.until(),
         )

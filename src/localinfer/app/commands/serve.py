@@ -66,6 +66,27 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--gpu-layers", type=int, help="layers to offload to the GPU (-1: all; default: as many as fit)")
     p.add_argument(
+        "--cache-type-k",
+        "-ctk",
+        metavar="TYPE",
+        help="GGUF models: the KV cache's key type, f16, q8_0, q4_0 (and bf16, f32, q4_1, q5_0, q5_1, iq4_nl); "
+        "default f16, or q8_0 when f16 would not fit",
+    )
+    p.add_argument(
+        "--cache-type-v",
+        "-ctv",
+        metavar="TYPE",
+        help="GGUF models: the KV cache's value type, as --cache-type-k (a quantized one turns flash attention on)",
+    )
+    p.add_argument(
+        "--spec",
+        choices=("ngram", "off"),
+        help="speculative decoding (GGUF): ngram guesses the next tokens from the prompt and the reply so far "
+        "and verifies them in one step (default); the output is the same either way",
+    )
+    p.add_argument("--draft-max", type=int, metavar="N", help="most tokens one draft proposes (default 16)")
+    p.add_argument("--draft-min", type=int, metavar="N", help="a shorter draft is not verified (default 0)")
+    p.add_argument(
         "--max-loaded",
         type=int,
         metavar="N",
@@ -146,6 +167,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         max_body=args.max_body,
         shutdown_timeout=args.shutdown_timeout,
         gpu_layers=args.gpu_layers,
+        cache_type_k=args.cache_type_k,
+        cache_type_v=args.cache_type_v,
+        spec=args.spec,
+        draft_max=args.draft_max,
+        draft_min=args.draft_min,
         model=args.model,
         engine_args=_engine_args(args) or None,
         allow_hosts=args.allow_host,

@@ -29,18 +29,36 @@ from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.rerank import rerank_prompts
 from localinfer.backends.llamacpp.sampling import build_sampler
-from localinfer.backends.llamacpp.step_loop import StepLoop
+from localinfer.backends.llamacpp.speculative import DraftFactory, NgramDraft
+from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
 from localinfer.types import PRIORITY_RANK, GenerationRequest, TokenStream
+
+
+def drafting(spec: LoadSpec, source: DraftFactory) -> Drafting | None:
+    """How the step loop speculates for ``spec``, with drafts from ``source``: not at all when it is off."""
+    if spec.speculation == "off" or spec.draft_max <= 0:
+        return None
+    return Drafting(source, draft_max=spec.draft_max, draft_min=spec.draft_min)
 
 
 class LlamaCppBackend(Backend):
     name: ClassVar[str] = "llamacpp"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        formats=("gguf",), grammar=True, batching=True, token_prompts=True, tokenize=True, embed=True, rerank=True
+        formats=("gguf",),
+        grammar=True,
+        batching=True,
+        token_prompts=True,
+        kv_cache_types=True,
+        speculative=True,
+        tokenize=True,
+        embed=True,
+        rerank=True,
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, draft_source: DraftFactory = NgramDraft) -> None:
+        """``draft_source`` makes each request's speculative drafts (prompt lookup; tests give others)."""
+        self._draft_source = draft_source
         self._model: LlamaModel | None = None
         self._loop: StepLoop | None = None
         self._facts: ModelFacts | None = None
@@ -55,7 +73,7 @@ class LlamaCppBackend(Backend):
         self._longest_token = await asyncio.to_thread(model.longest_token)
         self._model = model
         self._constraints = ConstraintCompiler(model.vocab)
-        self._loop = StepLoop(model, max_queue=spec.max_queue)
+        self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=drafting(spec, self._draft_source))
         self._loop.start()
 
     @property

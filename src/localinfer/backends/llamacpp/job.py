@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.llamacpp.checkpoints import Checkpoint
+from localinfer.backends.llamacpp.speculative import Speculation
 from localinfer.backends.text_stream import TextStream
 from localinfer.types import FinishReason, Timings, TokenChunk, TokenLogprob, Usage
 
@@ -74,6 +75,8 @@ class Job:
     priority: int = 1  # PRIORITY_RANK: a higher one gets a free slot, and the prefill budget, first
     yielded: bool = False  # it gave up its slot, mid-prompt, to a job of higher priority (once at most)
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+    speculation: Speculation | None = None  # drafts its generating steps (None: one token per step)
+    shared_tokens: int = 0  # of cached_tokens, those copied from another slot's cache
 
     def reached_max_tokens(self) -> bool:
         return self.max_tokens is not None and self.generated >= self.max_tokens
@@ -94,6 +97,9 @@ class Job:
             predicted_ms=(now - first) * 1000.0,
             prompt_n=len(self.prompt) - self.cached_tokens,
             predicted_n=max(self.generated - 1, 0),
+            draft_n=self.speculation.proposed if self.speculation is not None else 0,
+            draft_n_accepted=self.speculation.accepted if self.speculation is not None else 0,
+            cache_shared_n=self.shared_tokens,
         )
         usage = Usage(len(self.prompt), self.generated, self.cached_tokens)
         tail = self.text.flush()
@@ -128,6 +134,7 @@ class Slot:
     job: Job | None = None
     to_prefill: list[int] = field(default_factory=list)
     next_token: int | None = None
+    draft: list[int] = field(default_factory=list)  # fed after next_token this step, to be verified
     batch_index: int = -1
     checkpoint: Checkpoint | None = None  # sliding-window models only: the window as of the last prompt
 

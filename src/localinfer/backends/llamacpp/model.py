@@ -15,6 +15,7 @@ import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.base import FimTokens, LoadSpec, ModelFacts
 from localinfer.errors import ModelLoadError
+from localinfer.types import DEFAULT_KV_CACHE_TYPE, KV_CACHE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +45,28 @@ def default_threads() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-def kv_bytes_per_token(model: lc.llama_model_p) -> int:
-    """Bytes of f16 keys and values one token takes in the cache, from the model's shape."""
+# ggml's numbers for the KV cache types (ggml.h's enum ggml_type)
+GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
+
+
+def kv_bytes_per_token(model: lc.llama_model_p, type_k: str = "f16", type_v: str = "f16") -> int:
+    """Bytes of keys and values one token takes in a cache of these types, from the model's shape."""
     arch = _meta(model, "general.architecture") or ""
     n_head = max(int(lc.llama_model_n_head(model)), 1)
     default_dim = int(lc.llama_model_n_embd(model)) // n_head
     key_dim = int(_meta(model, f"{arch}.attention.key_length") or default_dim)
     value_dim = int(_meta(model, f"{arch}.attention.value_length") or default_dim)
     n_head_kv = int(lc.llama_model_n_head_kv(model))
-    return int(lc.llama_model_n_layer(model)) * n_head_kv * (key_dim + value_dim) * 2
+    per_layer = key_dim * KV_CACHE_BYTES[type_k] + value_dim * KV_CACHE_BYTES[type_v]
+    return int(int(lc.llama_model_n_layer(model)) * n_head_kv * per_layer)
 
 
-def auto_parallel(model: lc.llama_model_p, n_ctx: int, *, most: int = 4) -> int:
-    """As many slots (up to ``most``) as fit in a quarter of the free memory, each a whole context long."""
+def auto_parallel(per_slot: int, *, most: int = 4) -> int:
+    """As many slots (up to ``most``) as fit in a quarter of the free memory, each taking ``per_slot`` bytes of
+    KV cache (a whole context long)."""
     import psutil
 
     budget = psutil.virtual_memory().available // 4
-    per_slot = kv_bytes_per_token(model) * n_ctx
     slots = max(1, min(most, budget // max(per_slot, 1)))
     log.debug("%d slots: %d MiB of KV cache each, %d MiB budget", slots, per_slot >> 20, budget >> 20)
     return int(slots)
@@ -90,6 +96,7 @@ class LlamaModel:
     threads: int = 0
     gpu_layers: int = 0
     n_ubatch: int = 512  # what llama.cpp computes at once: a step's prompt tokens, so dispatch runs between them
+    cache_types: tuple[str, str] = (DEFAULT_KV_CACHE_TYPE, DEFAULT_KV_CACHE_TYPE)  # keys', values' element types
 
     @property
     def n_swa(self) -> int:
@@ -115,7 +122,8 @@ class LlamaModel:
         n_ctx_train = int(lc.llama_model_n_ctx_train(model))
         n_ctx = spec.ctx_size or min(n_ctx_train, spec.ctx_cap)
         threads = spec.threads or default_threads()
-        parallel = spec.parallel or auto_parallel(model, n_ctx)
+        per_token = kv_bytes_per_token(model, spec.cache_type_k, spec.cache_type_v)
+        parallel = spec.parallel or auto_parallel(per_token * n_ctx)
         cparams = lc.llama_context_default_params()
         # Each slot gets a KV stream of its own, the whole context long: a request may use all of the
         # context whatever the number of slots. One unified buffer would save memory, but then a sequence's
@@ -132,20 +140,48 @@ class LlamaModel:
         # checkpoints it so prefix reuse still works (llama-server does the same; full size costs 2-5x memory).
         cparams.swa_full = False
         cparams.no_perf = True
+        # A quantized value cache needs flash attention: llama.cpp turns it on (flash_attn_type is auto), or
+        # refuses where the model or device cannot use it.
+        cparams.type_k = GGML_TYPES[spec.cache_type_k]
+        cparams.type_v = GGML_TYPES[spec.cache_type_v]
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
             lc.llama_model_free(model)
+            if (spec.cache_type_k, spec.cache_type_v) != (DEFAULT_KV_CACHE_TYPE, DEFAULT_KV_CACHE_TYPE):
+                raise ModelLoadError(
+                    f"llama.cpp could not create a KV cache of {spec.cache_type_k} keys and {spec.cache_type_v} "
+                    f"values for {path} (a quantized cache needs flash attention and head sizes that divide into "
+                    "its blocks)",
+                    hint="start without --cache-type-k/--cache-type-v, or try q8_0 for both",
+                )
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {n_ctx} tokens for {path}",
                 hint="try a smaller context with --ctx-size",
             )
-        log.debug("loaded %s: %d slots of %d tokens, %d threads", path, parallel, n_ctx, threads)
+        log.debug(
+            "loaded %s: %d slots of %d tokens, %d threads, KV cache %s/%s",
+            path,
+            parallel,
+            n_ctx,
+            threads,
+            spec.cache_type_k,
+            spec.cache_type_v,
+        )
         n_layer = int(lc.llama_model_n_layer(model))
         offloaded = min(mparams.n_gpu_layers, n_layer + 1) if lc.llama_supports_gpu_offload() else 0
         n_batch = int(lc.llama_n_batch(ctx))  # llama.cpp caps it at the context
         n_ubatch = int(lc.llama_n_ubatch(ctx))
         return cls(
-            model, vocab, ctx, n_ctx, n_batch, parallel, threads=threads, gpu_layers=offloaded, n_ubatch=n_ubatch
+            model,
+            vocab,
+            ctx,
+            n_ctx,
+            n_batch,
+            parallel,
+            threads=threads,
+            gpu_layers=offloaded,
+            n_ubatch=n_ubatch,
+            cache_types=(spec.cache_type_k, spec.cache_type_v),
         )
 
     def free(self) -> None:
@@ -220,6 +256,8 @@ class LlamaModel:
             bos_id=int(bos),
             n_batch=self.n_batch,
             reranker=self.stated_pooling() == lc.LLAMA_POOLING_TYPE_RANK,
+            cache_type_k=self.cache_types[0],
+            cache_type_v=self.cache_types[1],
         )
 
     def fim_tokens(self) -> FimTokens:

@@ -1,11 +1,14 @@
 """The inference thread: one step loop over the context's slots.
 
-Each step builds one batch: the pending token of every generating slot, then chunks of prompt for prefilling
-slots, runs one ``llama_decode``, then each slot samples its own next token with its own sampler. New jobs join
-at the next step. Only this thread touches the llama.cpp context.
+Each step builds one batch: the pending token of every generating slot (followed by a draft of the tokens likely
+to come after it, when speculating: speculative.py), then chunks of prompt for prefilling slots, runs one
+``llama_decode``, then each slot samples its own next token with its own sampler, and goes on through its draft
+while the sampler picks the drafted tokens. New jobs join at the next step. Only this thread touches the
+llama.cpp context.
 
 Each slot has KV cells of its own, a whole context long. A job goes to the free slot whose cache shares the
-longest prefix with its prompt, and only the rest of the prompt is computed.
+longest prefix with its prompt; when another slot's cache (busy or not) shares a much longer one, it is copied
+into the job's slot first. Only the rest of the prompt is computed.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 import llama_cpp.llama_cpp as lc
 
@@ -22,6 +26,7 @@ from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.logprobs import token_logprob
 from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.backends.llamacpp.speculative import DraftFactory, Speculation
 from localinfer.errors import GenerationFailed
 from localinfer.types import FinishReason
 
@@ -30,11 +35,24 @@ log = logging.getLogger(__name__)
 # While other slots are generating, a prompt is prefilled at most this many tokens per step, so that their
 # streams keep flowing (a 512-token chunk takes seconds on a small CPU).
 PREFILL_CHUNK_WHILE_GENERATING = 128
+# A prompt takes its prefix from another slot's cache only when that saves computing this many tokens or more:
+# the copy moves a whole context's keys and values (tens of MiB for a small model).
+MIN_SHARED_PREFIX = 256
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """How the loop speculates: each request's draft source, made from its prompt, and the draft's bounds."""
+
+    source: DraftFactory
+    draft_max: int = 16
+    draft_min: int = 0
 
 
 class StepLoop:
-    def __init__(self, model: LlamaModel, *, max_queue: int) -> None:
+    def __init__(self, model: LlamaModel, *, max_queue: int, drafting: Drafting | None = None) -> None:
         self._model = model
+        self._drafting = drafting
         self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
         self._queue = JobQueue(self._slots, max_queue=max_queue)
         self._capacity = max(model.n_batch, model.n_seq_max)
@@ -114,7 +132,10 @@ class StepLoop:
         """Reuse the longest cached prefix of the prompt (unless the request opted out); at least the last prompt
         token is evaluated."""
         reuse = min(common_prefix(slot.cached, job.prompt), len(job.prompt) - 1) if job.cache_prompt else 0
-        if self._n_swa and reuse > 0:
+        shared = self._borrow_prefix(slot, job.prompt, reuse) if job.cache_prompt else 0
+        if shared:
+            reuse = shared
+        elif self._n_swa and reuse > 0:
             reuse = self._rewind_window(slot, reuse)
         if not lc.llama_memory_seq_rm(self._memory, slot.seq_id, reuse, -1):
             self._clear(slot)
@@ -124,9 +145,38 @@ class StepLoop:
             slot.checkpoint = None  # it holds a window of tokens that are about to be replaced
         slot.to_prefill = job.prompt[reuse:]
         slot.next_token = None
+        slot.draft = []
         slot.job = job
         job.cached_tokens = reuse
+        job.shared_tokens = shared
         job.t_prefill_start = time.perf_counter()
+        if self._drafting is not None and job.speculation is None:
+            d = self._drafting
+            job.speculation = Speculation(d.source(job.prompt), draft_max=d.draft_max, draft_min=d.draft_min)
+
+    def _borrow_prefix(self, slot: Slot, prompt: list[int], reuse: int) -> int:
+        """Copy into ``slot`` the cache of another slot that holds a longer prefix of ``prompt`` (by at least
+        MIN_SHARED_PREFIX tokens: the copy moves a whole context's cache), so a system prompt or a file computed
+        for one conversation serves every slot. Returns the prefix length copied, 0 when none was."""
+        best, best_n = None, reuse + MIN_SHARED_PREFIX - 1
+        for other in self._slots:
+            n = min(common_prefix(other.cached, prompt), len(prompt) - 1) if other is not slot else 0
+            if n > best_n and (not self._n_swa or self._window_holds(other, n)):
+                best, best_n = other, n
+        if best is None:
+            return 0
+        # Each slot's cache is a stream of its own, so llama.cpp copies the whole stream (at the next decode)
+        # and the tail beyond the prefix is then dropped.
+        lc.llama_memory_seq_cp(self._memory, best.seq_id, slot.seq_id, -1, -1)
+        lc.llama_memory_seq_rm(self._memory, slot.seq_id, best_n, -1)
+        slot.cached = best.cached[:best_n]
+        slot.checkpoint = None
+        return best_n
+
+    def _window_holds(self, slot: Slot, n: int) -> bool:
+        """A sliding-window cache still holds what the token after the first ``n`` of ``slot`` attends to."""
+        pos_min = int(lc.llama_memory_seq_pos_min(self._memory, slot.seq_id))
+        return pos_min == 0 or 0 <= pos_min < n - self._n_swa
 
     def _rewind_window(self, slot: Slot, reuse: int) -> int:
         """How much of the prefix a sliding-window cache still covers, restoring the slot's checkpoint if the
@@ -134,7 +184,7 @@ class StepLoop:
         pos_min = lc.llama_memory_seq_pos_min(self._memory, slot.seq_id)
         if pos_min < 0:
             return 0  # nothing cached
-        if pos_min == 0 or pos_min < reuse - self._n_swa:
+        if self._window_holds(slot, reuse):
             return reuse  # the window still holds everything the next token attends to
         ckpt = slot.checkpoint
         if ckpt is not None and ckpt.n_tokens <= reuse and checkpoints.restore(self._ctx, slot.seq_id, ckpt):
@@ -149,12 +199,15 @@ class StepLoop:
         fed: list[tuple[Slot, list[int]]] = []
         for slot in self._slots:
             slot.batch_index = -1
-        for slot in generating:  # one token each
-            assert slot.next_token is not None
-            self._add(n, slot.next_token, len(slot.cached), slot.seq_id, True)
+        for slot in generating:  # one token each, and a draft of the tokens after it where one is guessed
+            assert slot.next_token is not None and slot.job is not None
+            slot.draft = self._draft(slot, slot.job, self._capacity - n - 1)
+            tokens = [slot.next_token, *slot.draft]
+            for i, token in enumerate(tokens):
+                self._add(n + i, token, len(slot.cached) + i, slot.seq_id, True)
             slot.batch_index = n
-            fed.append((slot, [slot.next_token]))
-            n += 1
+            fed.append((slot, tokens))
+            n += len(tokens)
         # One micro-batch of prompt per step at most: llama.cpp computes no more at once anyway, and between steps
         # a waiting job of higher priority can take the slot of a long prompt (JobQueue.dispatch).
         budget = min(self._capacity - n, self._model.n_ubatch)
@@ -196,34 +249,69 @@ class StepLoop:
         batch.seq_id[i][0] = seq_id
         batch.logits[i] = logits
 
+    def _draft(self, slot: Slot, job: Job, room: int) -> list[int]:
+        """The draft to verify after the slot's next token: none without speculation, and never more than the
+        batch, the context and the request's token limit leave room for."""
+        if job.speculation is None:
+            return []
+        room = min(room, self._model.n_ctx - len(slot.cached) - 2)
+        if job.max_tokens is not None:
+            room = min(room, job.max_tokens - job.generated - 1)
+        return job.speculation.draft(room) if room > 0 else []
+
     def _sample(self, slot: Slot, job: Job) -> None:
-        """Sample, emit and decide whether to go on. A failure here fails this request only."""
-        model = self._model
+        """Sample at the slot's next token and go on through its draft while the sampler picks the drafted token;
+        emit each token kept and decide whether to go on. The draft's rejected tail leaves the cache."""
         if job.max_tokens == 0:  # the prompt only (llama-server's n_predict 0, an editor warming the cache)
             self._finish(slot, "length")
             return
+        draft, slot.draft = slot.draft, []
+        n_valid = len(slot.cached) - len(draft)  # cached tokens that stay whatever is rejected
+        slot.next_token = None
+        accepted = 0
+        while True:
+            token = self._take(slot, job, slot.batch_index + accepted, n_valid + accepted)
+            if token is None:
+                break
+            if accepted < len(draft) and token == draft[accepted]:
+                accepted += 1  # the model picked the drafted token: its logits, one further on, are valid too
+                continue
+            slot.next_token = token
+            break
+        if draft:
+            del slot.cached[n_valid + accepted :]
+            lc.llama_memory_seq_rm(self._memory, slot.seq_id, len(slot.cached), -1)
+        if job.speculation is not None and slot.job is job:
+            kept = [*draft[:accepted], *([] if slot.next_token is None else [slot.next_token])]
+            job.speculation.verified(draft, accepted, kept)
+
+    def _take(self, slot: Slot, job: Job, index: int, n_cached: int) -> int | None:
+        """Sample at batch ``index`` (``n_cached`` tokens before it in the cache) and emit the token; None when
+        the request ended here (finished, or failed alone), else the token to go on from."""
+        model = self._model
         try:
-            token = lc.llama_sampler_sample(job.sampler, self._ctx, slot.batch_index)
+            token = lc.llama_sampler_sample(job.sampler, self._ctx, index)
             if job.generated == 0:
                 job.t_first_token = time.perf_counter()
             if model.is_eog(token) and not job.ignore_eos:
                 self._finish(slot, "stop")
-                return
+                return None
             job.generated += 1
             if job.n_logprobs is not None:
-                job.pending_logprobs.append(token_logprob(model, self._ctx, slot.batch_index, token, job.n_logprobs))
+                job.pending_logprobs.append(token_logprob(model, self._ctx, index, token, job.n_logprobs))
             job.emit(job.text.push(model.token_bytes(token)))
         except Exception as exc:
             log.exception("request %s failed while sampling", job.request_id)
             job.fail(GenerationFailed(f"generation failed: {exc}"))
             self._release(slot)
-            return
+            return None
         if job.text.stopped:
             self._finish(slot, "length" if job.text.limited else "stop")
-        elif job.reached_max_tokens() or len(slot.cached) + 1 >= model.n_ctx:
+        elif job.reached_max_tokens() or n_cached + 1 >= model.n_ctx:
             self._finish(slot, "length")
         else:
-            slot.next_token = token
+            return int(token)
+        return None
 
     def _finish(self, slot: Slot, reason: FinishReason) -> None:
         assert slot.job is not None
@@ -237,6 +325,7 @@ class StepLoop:
         slot.job = None
         slot.next_token = None
         slot.to_prefill = []
+        slot.draft = []
 
     def _clear(self, slot: Slot) -> None:
         lc.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)

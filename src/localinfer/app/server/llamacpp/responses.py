@@ -8,6 +8,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from localinfer.app.server.core.timings import speculation_body
 from localinfer.app.server.errors import llamacpp_error
 from localinfer.errors import LocalInferError
 from localinfer.types import Timings, TokenChunk, TokenStream, Usage
@@ -45,6 +46,7 @@ def timings_body(t: Timings | None, usage: Usage | None) -> dict[str, Any]:
         "predicted_ms": round(t.predicted_ms, 3),
         "predicted_per_token_ms": round(t.predicted_ms / t.predicted_n, 3) if t.predicted_n else 0.0,
         "predicted_per_second": round(t.predicted_per_second, 2),
+        **speculation_body(t),
     }
 
 

@@ -197,6 +197,7 @@ def _running(loaded: LoadedModelStatus, info: ModelInfo | None, expires_at: str)
         "size_vram": _size_vram(size, loaded.gpu_layers, facts),
         "context_length": loaded.context_length,
         "pinned": loaded.pinned,
+        "kv_cache_type": {"k": loaded.cache_type_k, "v": loaded.cache_type_v} if loaded.cache_type_k else None,
     }
 
 

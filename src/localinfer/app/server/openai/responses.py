@@ -10,6 +10,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from localinfer.app.server.core.timings import speculation_body
 from localinfer.app.server.errors import finish_reason_for, openai_error
 from localinfer.errors import LocalInferError
 from localinfer.types import Timings, TokenLogprob, TokenStream, ToolCall, Usage
@@ -36,6 +37,7 @@ def timings_body(t: Timings | None) -> dict[str, Any] | None:
         "predicted_n": t.predicted_n,
         "predicted_ms": round(t.predicted_ms, 3),
         "predicted_per_second": round(t.predicted_per_second, 2),
+        **speculation_body(t),
     }
 
 

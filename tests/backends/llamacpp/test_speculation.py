@@ -1,0 +1,287 @@
+"""Speculative decoding by prompt lookup, and a prompt prefix shared between slots.
+
+The proposals on their own (NgramDraft, Speculation) are plain Python; the rest runs the real step loop on
+SmolLM2 (instruct) and Gemma 3 (a base model): greedy output with speculation is the output without it, token for
+token, alone and inside a batch of four; a draft source that is always wrong changes nothing but the counts; a
+seeded sampled reply is the same too (each kept token is sampled from the model's own distribution, with the same
+random draws); and a prefix computed in one slot is copied into another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Sequence
+
+import pytest
+
+from localinfer.backends.base import LoadSpec
+from localinfer.backends.llamacpp.backend import LlamaCppBackend
+from localinfer.backends.llamacpp.speculative import NgramDraft, Speculation
+from localinfer.backends.llamacpp.step_loop import MIN_SHARED_PREFIX
+from localinfer.models.store import Manifest
+from localinfer.types import GenerationOptions, GenerationRequest, SamplingParams, Timings, TokenLogprob
+
+CODE = '''def parse_config(path):
+    """Read a key = value file into a dict, skipping comments and blank lines."""
+    settings = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if "=" not in line:
+                raise ValueError(f"line {number}: expected key = value")
+            key, value = line.split("=", 1)
+            settings[key.strip()] = value.strip()
+    return settings
+
+
+def merge_configs(base, override):
+    """The base settings with every key of the override replacing it."""
+    merged = dict(base)
+    for key, value in override.items():
+        merged[key] = value
+    return merged
+'''
+# An instruct model asked to repeat a file with one change; a base model given the start of the file again.
+EDIT_CHAT = (
+    "<|im_start|>user\nHere is a Python file:\n\n" + CODE + "\nRepeat the file exactly, with parse_config renamed to"
+    " read_config.<|im_end|>\n<|im_start|>assistant\n"
+)
+EDIT_BASE = "File config.py, version 1:\n\n" + CODE + "\n\nFile config.py, version 2 (read_config):\n\ndef "
+
+
+def greedy(max_tokens: int, *, cache_prompt: bool = True) -> GenerationOptions:
+    return GenerationOptions(
+        sampling=SamplingParams(temperature=0.0), max_tokens=max_tokens, ignore_eos=True, cache_prompt=cache_prompt
+    )
+
+
+async def reply(backend: LlamaCppBackend, prompt: str, options: GenerationOptions) -> tuple[str, Timings]:
+    text, timings = "", None
+    async for chunk in backend.generate(GenerationRequest("test", prompt, options)):
+        text += chunk.text
+        timings = chunk.timings or timings
+    assert timings is not None
+    return text, timings
+
+
+async def loaded(manifest: Manifest, *, parallel: int = 1, **spec: object) -> LlamaCppBackend:
+    backend = LlamaCppBackend()
+    await backend.load(LoadSpec(path=manifest.path, ctx_size=2048, parallel=parallel, threads=2, **spec))  # type: ignore[arg-type]
+    return backend
+
+
+async def replies(manifest: Manifest, prompts: Sequence[str], options: GenerationOptions, **spec: object) -> list[str]:
+    backend = await loaded(manifest, parallel=len(prompts), **spec)
+    try:
+        done = await asyncio.gather(*(reply(backend, prompt, options) for prompt in prompts))
+        return [text for text, _ in done]
+    finally:
+        await backend.unload()
+
+
+# --- the proposals ----------------------------------------------------------------------------------------------
+
+
+def test_prompt_lookup_proposes_what_followed_the_latest_earlier_occurrence() -> None:
+    draft = NgramDraft([1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 7, 8, 2, 3, 4])
+    assert draft.propose(3) == [7, 8, 2]  # "2 3 4" last came before "7 8", not before "5 9"
+    assert draft.propose(1) == [7]
+    draft.extend([7, 8])
+    assert draft.propose(8) == [2, 3, 4, 7, 8]  # the text so far is all there is to propose
+    assert NgramDraft([1, 2, 3, 4]).propose(4) == []  # no earlier occurrence: no guess
+    assert NgramDraft([5, 5, 5]).propose(0) == []
+
+
+class Fixed:
+    """A draft source that proposes what it is given, whatever the text."""
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.tokens = list(tokens)
+        self.text: list[int] = []
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        self.text.extend(tokens)
+
+    def propose(self, n_max: int) -> list[int]:
+        return self.tokens[:n_max]
+
+
+def test_the_draft_grows_while_it_is_kept_and_shrinks_to_what_was_kept() -> None:
+    source = Fixed(range(100))
+    spec = Speculation(source, draft_max=16, n_draft=4)
+    assert spec.draft(room=100) == [0, 1, 2, 3]
+    spec.verified([0, 1, 2, 3], 4, [0, 1, 2, 3, 9])
+    assert len(spec.draft(room=100)) == 8  # all kept: twice as long
+    spec.verified(list(range(8)), 2, [0, 1, 5])
+    assert len(spec.draft(room=100)) == 3  # two kept: one more than that
+    assert len(spec.draft(room=2)) == 2  # never past the room left
+    assert (spec.proposed, spec.accepted, source.text) == (12, 6, [0, 1, 2, 3, 9, 0, 1, 5])
+    assert Speculation(Fixed([1, 2]), draft_max=16, draft_min=3).draft(room=100) == []  # too short to verify
+
+
+# --- the real step loop -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["smollm2", "gemma3"])
+def edit_case(request: pytest.FixtureRequest) -> tuple[Manifest, str]:
+    manifest: Manifest = request.getfixturevalue(request.param)
+    return manifest, EDIT_CHAT if request.param == "smollm2" else EDIT_BASE
+
+
+@pytest.mark.model
+async def test_greedy_output_with_prompt_lookup_is_the_output_without_it(edit_case: tuple[Manifest, str]) -> None:
+    manifest, prompt = edit_case
+    plain = await loaded(manifest, speculation="off")
+    try:
+        expected, plain_timings = await reply(plain, prompt, greedy(96))
+    finally:
+        await plain.unload()
+    speculating = await loaded(manifest)
+    try:
+        text, timings = await reply(speculating, prompt, greedy(96))
+    finally:
+        await speculating.unload()
+    assert text == expected and text.strip()
+    assert (plain_timings.draft_n, plain_timings.draft_n_accepted) == (0, 0)
+    # the reply copies the file: most of it comes from drafts, verified several tokens per step
+    assert timings.draft_n_accepted >= 32, timings
+    assert timings.draft_n >= timings.draft_n_accepted
+    assert timings.predicted_n == plain_timings.predicted_n
+
+
+# Short enough to be computed in one piece whatever else runs (a prompt computed in pieces, or after a prefix
+# taken from a cache, may differ in the last bits of its logits and so in a near-tie).
+QUOTES = [
+    "The keeper wrote: the lamp was lit at six, the sea was calm, and two ships passed the point before midnight.",
+    "The recipe says: mix the flour with the salt, add the water slowly, and knead the dough for ten minutes.",
+    "The manual says: press the red button twice, wait for the green light, and then turn the handle to the left.",
+    "The letter said: we arrived in the city on Tuesday, found the hotel near the station, and slept until noon.",
+]
+
+
+def batch_prompts(chat: bool) -> list[str]:
+    if chat:
+        return [f"<|im_start|>user\nRepeat this twice: {q}<|im_end|>\n<|im_start|>assistant\n" for q in QUOTES]
+    return [f"{q}\nAgain, word for word: {q}\nAgain, word for word:" for q in QUOTES]
+
+
+@pytest.mark.model
+async def test_greedy_output_inside_a_batch_of_four_is_the_output_alone_without_speculation(
+    edit_case: tuple[Manifest, str],
+) -> None:
+    manifest, prompt = edit_case
+    prompts = batch_prompts(prompt is EDIT_CHAT)
+    alone = [(await replies(manifest, [p], greedy(40), speculation="off"))[0] for p in prompts]
+    backend = await loaded(manifest, parallel=4)
+    try:
+        together = await asyncio.gather(*(reply(backend, p, greedy(40)) for p in prompts))
+    finally:
+        await backend.unload()
+    assert [text for text, _ in together] == alone
+    assert sum(timings.draft_n_accepted for _, timings in together) >= 20  # the repeats were drafted
+
+
+class AlwaysWrong:
+    """Proposes tokens the model never picks next: ids it has just sampled, repeated (a text that stutters)."""
+
+    def __init__(self, prompt: Sequence[int]) -> None:
+        self.last = prompt[-1]
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        if tokens:
+            self.last = tokens[-1]
+
+    def propose(self, n_max: int) -> list[int]:
+        return [self.last] * n_max
+
+
+@pytest.mark.model
+async def test_a_draft_that_is_always_wrong_changes_nothing_but_the_counts(smollm2: Manifest) -> None:
+    plain = await loaded(smollm2, speculation="off")
+    try:
+        expected, _ = await reply(plain, EDIT_CHAT, greedy(40))
+    finally:
+        await plain.unload()
+    backend = LlamaCppBackend(draft_source=AlwaysWrong)
+    await backend.load(LoadSpec(path=smollm2.path, ctx_size=2048, parallel=1, threads=2, draft_max=4))
+    try:
+        text, timings = await reply(backend, EDIT_CHAT, greedy(40))
+    finally:
+        await backend.unload()
+    assert text == expected
+    assert timings.draft_n >= 39  # a draft at every step after the first token
+    assert timings.draft_n_accepted < timings.draft_n // 2
+
+
+@pytest.mark.model
+async def test_a_seeded_sampled_reply_is_the_same_with_and_without_speculation(smollm2: Manifest) -> None:
+    options = GenerationOptions(
+        sampling=SamplingParams(temperature=0.7, top_k=40, top_p=0.95, seed=1234), max_tokens=64, ignore_eos=True
+    )
+    [without] = await replies(smollm2, [EDIT_CHAT], options, speculation="off")
+    [with_drafts] = await replies(smollm2, [EDIT_CHAT], options)
+    assert with_drafts == without and without.strip()
+
+
+# --- a prefix shared between slots ------------------------------------------------------------------------------
+
+SYSTEM = "<|im_start|>system\nYou are a careful assistant for this code base:\n\n" + CODE * 2 + "<|im_end|>\n"
+
+
+def chat(question: str) -> str:
+    return SYSTEM + f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
+async def streaming(backend: LlamaCppBackend, prompt: str, options: GenerationOptions) -> AsyncGenerator[str]:
+    async for chunk in backend.generate(GenerationRequest("test", prompt, options)):
+        yield chunk.text
+
+
+async def first_tokens(backend: LlamaCppBackend, prompt: str) -> tuple[list[TokenLogprob], Timings]:
+    """The first 8 tokens of the greedy reply, each with its log-probability and the 5 most likely."""
+    options = GenerationOptions(sampling=SamplingParams(temperature=0.0), max_tokens=8, ignore_eos=True, logprobs=5)
+    tokens: list[TokenLogprob] = []
+    timings = None
+    async for chunk in backend.generate(GenerationRequest("test", prompt, options)):
+        tokens.extend(chunk.logprobs)
+        timings = chunk.timings or timings
+    assert timings is not None
+    return tokens, timings
+
+
+@pytest.mark.model
+async def test_a_prefix_computed_in_one_slot_is_copied_into_another(smollm2: Manifest) -> None:
+    first, second = chat("What does parse_config skip?"), chat("What does merge_configs return?")
+    backend = await loaded(smollm2, parallel=2, speculation="off")
+    try:
+        n_system = len(await backend.tokenize(SYSTEM, add_special=False, parse_special=True))
+        n_second = len(await backend.tokenize(second, add_special=True, parse_special=True))
+        assert n_system > MIN_SHARED_PREFIX
+        running = streaming(backend, first, greedy(200))
+        await anext(running)  # the first conversation holds slot 0, its prompt computed
+        shared, timings = await first_tokens(backend, second)  # slot 1, which has nothing cached
+        await running.aclose()
+        slots = backend.slots()
+    finally:
+        await backend.unload()
+    assert timings.cache_shared_n >= n_system - 1, timings
+    assert timings.prompt_n == n_second - timings.cache_shared_n  # only the question was computed
+    assert all(slot.n_cached > n_system for slot in slots)
+    # The copy is exact: the reply, and its probabilities, are those of a slot reusing the prefix from its own
+    # cache while another slot generates (a batch of one row computes the last bits differently, so that is the
+    # reference, not a context with one slot).
+    own = await loaded(smollm2, parallel=2, speculation="off")
+    try:
+        await reply(own, first, greedy(1))  # slot 0
+        other = streaming(own, "Tell me a story about the sea and the moon.", greedy(200))
+        await anext(other)  # slot 1, generating
+        reused, own_timings = await first_tokens(own, second)  # slot 0 again
+        await other.aclose()
+    finally:
+        await own.unload()
+    assert own_timings.cache_shared_n == 0 and own_timings.prompt_n == timings.prompt_n
+    assert [t.token for t in shared] == [t.token for t in reused]
+    assert [t.logprob for t in shared] == [t.logprob for t in reused]
+    assert [t.top for t in shared] == [t.top for t in reused]
