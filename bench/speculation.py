@@ -180,6 +180,7 @@ def main() -> int:
     p.add_argument("--llama-spec", default="ngram-simple,ngram-mod", type=lambda v: [t for t in v.split(",") if t])
     p.add_argument("--llama-cpp-bin", type=Path)
     p.add_argument("--plot", type=Path)
+    p.add_argument("--name", help="the model's name in the plot's title (default: the file's)")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     workloads = args.workloads.split(",")
@@ -210,7 +211,7 @@ def main() -> int:
     write_json(out, payload)
     print(render(report, names))
     if args.plot:
-        plot(report, names, args.plot, args.model.stem)
+        plot(report, names, args.plot, args.name or args.model.stem)
     return 0
 
 

@@ -15,11 +15,16 @@ only a match proposes anything, and the draft length follows the acceptance rate
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 SPECULATION_MODES = ("ngram", "off")
-LOOKUP_SIZES = (6, 4, 3)  # n-gram lengths looked up, longest first: a longer match predicts better
+# n-gram lengths looked up, longest first: a longer match predicts better. Three tokens match too often in free
+# text, where the draft is then mostly wrong and costs a wider batch.
+LOOKUP_SIZES = (6, 4)
+FIRST_DRAFT = 8  # a request's first draft; it doubles while drafts are kept
+MIN_RATE = 0.75  # drafts are fed while at least this share of their tokens is kept
+RATE_WEIGHT = 0.3  # of the latest draft in the running share
 
 
 class DraftSource(Protocol):
@@ -71,23 +76,36 @@ class Speculation:
     """One request's drafting: its source, how long a draft is now, and what was proposed and kept so far.
 
     The draft length doubles (up to ``draft_max``) when a whole draft was kept and falls to one more than what was
-    kept when it was not, so a request whose drafts keep failing drafts one token at a time. A proposal shorter
-    than ``draft_min`` is not worth a wider batch and is dropped."""
+    kept when it was not. Verifying a drafted token costs a share of a step (on a CPU, over half of one for some
+    quantizations), so drafts are fed only while most of their tokens are kept: ``rate``, a running share of drafted
+    tokens kept, must stay at ``MIN_RATE`` or above. Below it, proposals are still scored, for free, against the
+    tokens the model then generates (a *shadow* draft), so drafting resumes when the text starts repeating. A
+    proposal shorter than ``draft_min`` is dropped."""
 
     source: DraftSource
     draft_max: int
     draft_min: int = 0
-    n_draft: int = 0  # the length asked of the source next; set from draft_max at first
+    n_draft: int = 0  # the length asked of the source next; FIRST_DRAFT (or draft_max) at first
     proposed: int = 0  # draft tokens fed to the model (llama-server's draft_n)
     accepted: int = 0  # of those, kept (draft_n_accepted)
+    rate: float = 1.0  # running share of drafted tokens kept, fed or shadow
+    shadow: list[int] = field(default_factory=list)  # a proposal not fed, checked against what comes
+    shadow_matched: int = 0
 
     def __post_init__(self) -> None:
-        self.n_draft = self.n_draft or self.draft_max
+        self.n_draft = self.n_draft or min(self.draft_max, FIRST_DRAFT)
 
     def draft(self, room: int) -> list[int]:
         """The next draft, at most ``room`` tokens (what the context and the request's token limit leave)."""
+        if self.shadow:
+            return []  # the last proposal is still being scored
         tokens = self.source.propose(min(self.n_draft, room))
-        return tokens if len(tokens) >= max(self.draft_min, 1) else []
+        if len(tokens) < max(self.draft_min, 1):
+            return []
+        if self.rate < MIN_RATE:
+            self.shadow, self.shadow_matched = tokens, 0
+            return []
+        return tokens
 
     def verified(self, fed: Sequence[int], n_accepted: int, kept: Sequence[int]) -> None:
         """``fed`` draft tokens went into a step and ``n_accepted`` of them were kept; ``kept`` (the tokens that
@@ -95,6 +113,24 @@ class Speculation:
         if fed:
             self.proposed += len(fed)
             self.accepted += n_accepted
-            full = n_accepted == len(fed)
-            self.n_draft = min(self.draft_max, self.n_draft * 2) if full else max(1, n_accepted + 1)
+            self._scored(len(fed), n_accepted)
+        elif self.shadow:
+            self._score_shadow(kept)
         self.source.extend(kept)
+
+    def _score_shadow(self, kept: Sequence[int]) -> None:
+        for token in kept:
+            if token != self.shadow[self.shadow_matched]:
+                break
+            self.shadow_matched += 1
+            if self.shadow_matched == len(self.shadow):
+                break
+        else:
+            return  # all matched so far, and more of it to check
+        self._scored(len(self.shadow), self.shadow_matched)
+        self.shadow, self.shadow_matched = [], 0
+
+    def _scored(self, n_drafted: int, n_kept: int) -> None:
+        full = n_kept == n_drafted
+        self.n_draft = min(self.draft_max, self.n_draft * 2) if full else max(1, n_kept + 1)
+        self.rate += RATE_WEIGHT * (n_kept / n_drafted - self.rate)
