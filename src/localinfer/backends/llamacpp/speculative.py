@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-SPECULATION_MODES = ("ngram", "off")
 # n-gram lengths looked up, longest first: a longer match predicts better. Three tokens match too often in free
 # text, where the draft is then mostly wrong and costs a wider batch.
 LOOKUP_SIZES = (6, 4)

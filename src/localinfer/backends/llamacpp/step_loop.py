@@ -45,8 +45,8 @@ class Drafting:
     """How the loop speculates: each request's draft source, made from its prompt, and the draft's bounds."""
 
     source: DraftFactory
-    draft_max: int = 16
-    draft_min: int = 0
+    draft_max: int
+    draft_min: int
 
 
 class StepLoop:
