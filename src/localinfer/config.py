@@ -134,11 +134,17 @@ class Settings(BaseSettings):
         description="Element type of the KV cache's values (-ctv), as cache_type_k; a quantized one needs flash "
         "attention, which llama.cpp then turns on.",
     )
-    spec: Literal["ngram", "off"] = Field(
-        "ngram",
+    spec: Literal["ngram", "draft", "off"] | None = Field(
+        None,
         description="Speculative decoding of GGUF models: ngram (prompt lookup: tokens that followed the same few "
         "tokens earlier in the prompt or reply are verified together, and the draft shrinks when they are not "
-        "kept) or off. Output is the same either way; only the speed changes.",
+        "kept), draft (a small model of the same vocabulary, the draft setting, guesses them) or off; unset means "
+        "draft when a draft model is set, else ngram. Output is the same either way; only the speed changes.",
+    )
+    draft: str | None = Field(
+        None,
+        description="The draft model of spec draft: a GGUF path or a model name, a small model of the served "
+        "model's family (Qwen2.5-0.5B for Qwen2.5-7B); setting it turns spec draft on unless spec says otherwise.",
     )
     draft_max: int = Field(16, ge=0, le=256, description="Most tokens one draft proposes (0: no speculation).")
     draft_min: int = Field(0, ge=0, le=256, description="A shorter draft is not verified.")
@@ -166,6 +172,11 @@ class Settings(BaseSettings):
     def _a_duration(cls, value: Any) -> str:
         parse_duration(value)
         return str(value)
+
+    @property
+    def speculation(self) -> str:
+        """How GGUF models speculate: the spec setting, or draft when a draft model is set, else ngram."""
+        return self.spec or ("draft" if self.draft else "ngram")
 
     @property
     def keep_alive_seconds(self) -> float | None:

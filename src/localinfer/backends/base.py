@@ -65,7 +65,9 @@ class LoadSpec:
     provider: str | None = None  # the ONNX Runtime execution provider (CUDAExecutionProvider...); None: the CPU
     cache_type_k: str = DEFAULT_KV_CACHE_TYPE  # the KV cache's element types (types.KV_CACHE_BYTES); llama.cpp only
     cache_type_v: str = DEFAULT_KV_CACHE_TYPE
-    speculation: str = "ngram"  # how generation drafts tokens to verify in one step: "ngram" (prompt lookup), "off"
+    # how generation drafts tokens to verify in one step: "ngram" (prompt lookup), "draft" (draft_path), "off"
+    speculation: str = "ngram"
+    draft_path: Path | None = None  # the draft model of speculation "draft": a small GGUF of the same vocabulary
     draft_max: int = 16  # most tokens a draft has
     draft_min: int = 0  # a shorter draft is not verified
     extra_args: tuple[str, ...] = ()  # passed as-is to an engine run as a process (vLLM: --tensor-parallel-size 2)

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, TypeVar
 
 from localinfer.backends.base import (
@@ -118,7 +119,8 @@ class Engine:
             max_queue=s.max_queue,
             gpu_layers=s.gpu_layers or 0,
             extra_args=tuple(s.engine_args),
-            speculation=s.spec,
+            speculation=s.speculation,
+            draft_path=self._draft_path(),
             draft_max=s.draft_max,
             draft_min=s.draft_min,
         )
@@ -155,6 +157,14 @@ class Engine:
             cache_type_k=chosen.cache_type_k,
             cache_type_v=chosen.cache_type_v,
         )
+
+    def _draft_path(self) -> Path | None:
+        """The draft model's file when GGUF models speculate with one: the draft setting as a path, else the model
+        of that name."""
+        draft = self._settings.draft
+        if self._settings.speculation != "draft" or not draft:
+            return None
+        return Path(draft) if Path(draft).is_file() else self._models.resolve(draft).path
 
     def _overrides(self, ctx_size: int | None) -> Overrides:
         """What the settings ask of the planner, for a context of ``ctx_size`` (None: planned)."""

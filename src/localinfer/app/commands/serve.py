@@ -14,6 +14,7 @@ from localinfer.models.store import validate_name
 
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
 
     from fastapi import FastAPI
 
@@ -80,9 +81,18 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--spec",
-        choices=("ngram", "off"),
+        choices=("ngram", "draft", "off"),
         help="speculative decoding (GGUF): ngram guesses the next tokens from the prompt and the reply so far "
-        "and verifies them in one step (default); the output is the same either way",
+        "(the default), draft from a draft model (--draft); the guesses are verified in one step, so the output "
+        "is the same either way",
+    )
+    p.add_argument(
+        "--draft",
+        "--model-draft",
+        "-md",
+        metavar="MODEL",
+        help="a draft model for speculative decoding: a small GGUF of the served model's family, by path or name "
+        "(Qwen2.5-0.5B for Qwen2.5-7B); it turns --spec draft on",
     )
     p.add_argument("--draft-max", type=int, metavar="N", help="most tokens one draft proposes (default 16)")
     p.add_argument("--draft-min", type=int, metavar="N", help="a shorter draft is not verified (default 0)")
@@ -170,6 +180,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v,
         spec=args.spec,
+        draft=args.draft,
         draft_max=args.draft_max,
         draft_min=args.draft_min,
         model=args.model,
@@ -188,6 +199,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
     library = ModelLibrary.from_settings(settings)
     hardware = detect()
+    if settings.speculation == "draft":  # found (or pulled) once, here: a missing draft fails now, in one line
+        settings = settings.with_overrides(draft=str(_draft_model(settings, library, hardware)))
     url = f"http://{settings.host}:{settings.port}"
     preload: Manifest | None = None
     if args.model is None and not args.alias and library.list():  # nothing loaded at start: each model on demand
@@ -238,6 +251,26 @@ def _model_to_serve(
     if args.alias:
         manifest = dataclasses.replace(manifest, name=validate_name(args.alias))
     return manifest, original
+
+
+def _draft_model(settings: Settings, library: ModelLibrary, hardware: HardwareProfile) -> Path:
+    """The draft model's file, pulled first when it is a reference not here yet."""
+    from localinfer.engine.profiles import check_files
+    from localinfer.models.pull import ensure_model
+
+    if not settings.draft:
+        raise ConfigError("--spec draft needs a draft model", hint="name one with --draft MODEL, or use --spec ngram")
+    progress = ProgressLine(sys.stderr)
+    try:
+        manifest = ensure_model(library, settings.draft, settings, progress=progress, fits=machine_fits(hardware))
+    finally:
+        progress.close()
+    if manifest.format != "gguf":
+        raise ConfigError(
+            f"the draft model {manifest.name} is not a GGUF file", hint="a draft model runs on llama.cpp: pick a GGUF"
+        )
+    check_files(manifest)
+    return manifest.path
 
 
 def _default_model(models: ModelSource, name: str) -> str | None:

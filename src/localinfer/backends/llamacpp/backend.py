@@ -24,22 +24,26 @@ from localinfer.backends.base import (
 from localinfer.backends.chunks import ChunkQueue, relay
 from localinfer.backends.line_limits import text_stream_for
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
+from localinfer.backends.llamacpp.draft_model import DraftModel
 from localinfer.backends.llamacpp.embedder import Embedder, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.rerank import rerank_prompts
 from localinfer.backends.llamacpp.sampling import build_sampler
-from localinfer.backends.llamacpp.speculative import DraftFactory, NgramDraft
+from localinfer.backends.llamacpp.speculative import NgramDraft, PromptDraftFactory
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
 from localinfer.types import PRIORITY_RANK, GenerationRequest, TokenStream
 
 
-def drafting(spec: LoadSpec, source: DraftFactory) -> Drafting | None:
-    """How the step loop speculates for ``spec``, with drafts from ``source``: not at all when it is off."""
+def drafting(spec: LoadSpec, source: PromptDraftFactory, draft_model: DraftModel | None) -> Drafting | None:
+    """How the step loop speculates for ``spec``: with ``draft_model`` when there is one, else with drafts from
+    ``source``; not at all when speculation is off."""
     if spec.speculation == "off" or spec.draft_max <= 0:
         return None
-    return Drafting(source, draft_max=spec.draft_max, draft_min=spec.draft_min)
+    if draft_model is not None:  # each proposal costs draft steps: fed whatever the share kept (its p_min cuts them)
+        return Drafting(draft_model.source, draft_max=spec.draft_max, draft_min=spec.draft_min, min_rate=0.0)
+    return Drafting(lambda prompt, _seq_id: source(prompt), draft_max=spec.draft_max, draft_min=spec.draft_min)
 
 
 class LlamaCppBackend(Backend):
@@ -56,10 +60,12 @@ class LlamaCppBackend(Backend):
         rerank=True,
     )
 
-    def __init__(self, *, draft_source: DraftFactory = NgramDraft) -> None:
-        """``draft_source`` makes each request's speculative drafts (prompt lookup; tests give others)."""
+    def __init__(self, *, draft_source: PromptDraftFactory = NgramDraft) -> None:
+        """``draft_source`` makes each request's speculative drafts without a draft model (prompt lookup; tests
+        give others)."""
         self._draft_source = draft_source
         self._model: LlamaModel | None = None
+        self._draft_model: DraftModel | None = None
         self._loop: StepLoop | None = None
         self._facts: ModelFacts | None = None
         self._constraints: ConstraintCompiler | None = None
@@ -69,11 +75,18 @@ class LlamaCppBackend(Backend):
 
     async def load(self, spec: LoadSpec) -> None:
         model = await asyncio.to_thread(LlamaModel.load, spec)
+        if spec.speculation == "draft":
+            try:
+                self._draft_model = await asyncio.to_thread(DraftModel.load, spec, model)
+            except BaseException:
+                model.free()
+                raise
         self._facts = model.facts()
         self._longest_token = await asyncio.to_thread(model.longest_token)
         self._model = model
         self._constraints = ConstraintCompiler(model.vocab)
-        self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=drafting(spec, self._draft_source))
+        how = drafting(spec, self._draft_source, self._draft_model)
+        self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=how)
         self._loop.start()
 
     @property
@@ -229,6 +242,9 @@ class LlamaCppBackend(Backend):
                 await asyncio.to_thread(self._loop.stop)
                 self._loop = None
             self._constraints = None
+            if self._draft_model is not None:  # after the loop, which drafts with it, has stopped
+                self._draft_model.free()
+                self._draft_model = None
             if self._model is not None:
                 self._model.free()
                 self._model = None

@@ -9,7 +9,9 @@ case of rejection sampling: accept it exactly when the sample equals it).
 *Prompt lookup* (``NgramDraft``) needs no second model: the last few tokens of the text so far are looked up in
 the prompt and what was generated, and the tokens that followed their latest earlier occurrence are the draft.
 It pays when the reply repeats what the prompt says (an edited file, a quoted answer) and costs little elsewhere:
-only a match proposes anything, and the draft length follows the acceptance rate.
+only a match proposes anything, and the draft length follows the acceptance rate. A *draft model*
+(draft_model.py) guesses from a small model of the same vocabulary instead, and pays on free text too when it
+often agrees with the target.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ class DraftSource(Protocol):
         """At most ``n_max`` tokens likely to follow the text so far; none when there is no good guess."""
 
 
-DraftFactory = Callable[[Sequence[int]], DraftSource]  # a request's draft source, from its prompt
+PromptDraftFactory = Callable[[Sequence[int]], DraftSource]  # a request's draft source, from its prompt
+# a request's draft source, from its prompt and its slot's sequence id (where a draft model keeps its cache)
+DraftFactory = Callable[[Sequence[int], int], DraftSource]
 
 
 class NgramDraft:
@@ -84,6 +88,7 @@ class Speculation:
     source: DraftSource
     draft_max: int
     draft_min: int = 0
+    min_rate: float = MIN_RATE  # 0: every proposal is fed (a draft model's proposals cost its steps to make)
     n_draft: int = 0  # the length asked of the source next; FIRST_DRAFT (or draft_max) at first
     proposed: int = 0  # draft tokens fed to the model (llama-server's draft_n)
     accepted: int = 0  # of those, kept (draft_n_accepted)
@@ -101,7 +106,7 @@ class Speculation:
         tokens = self.source.propose(min(self.n_draft, room))
         if len(tokens) < max(self.draft_min, 1):
             return []
-        if self.rate < MIN_RATE:
+        if self.rate < self.min_rate:
             self.shadow, self.shadow_matched = tokens, 0
             return []
         return tokens

@@ -26,7 +26,7 @@ from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.logprobs import token_logprob
 from localinfer.backends.llamacpp.model import LlamaModel
-from localinfer.backends.llamacpp.speculative import DraftFactory, Speculation
+from localinfer.backends.llamacpp.speculative import MIN_RATE, DraftFactory, Speculation
 from localinfer.errors import GenerationFailed
 from localinfer.types import FinishReason
 
@@ -42,11 +42,13 @@ MIN_SHARED_PREFIX = 256
 
 @dataclass(frozen=True)
 class Drafting:
-    """How the loop speculates: each request's draft source, made from its prompt, and the draft's bounds."""
+    """How the loop speculates: each request's draft source, made from its prompt and its slot, the draft's
+    bounds, and the share of drafted tokens kept below which drafts stop being fed (Speculation.min_rate)."""
 
     source: DraftFactory
     draft_max: int
     draft_min: int
+    min_rate: float = MIN_RATE
 
 
 class StepLoop:
@@ -150,9 +152,11 @@ class StepLoop:
         job.cached_tokens = reuse
         job.shared_tokens = shared
         job.t_prefill_start = time.perf_counter()
-        if self._drafting is not None and job.speculation is None:
+        if self._drafting is not None:  # made here, not at submit: a draft model drafts in the slot's sequence
             d = self._drafting
-            job.speculation = Speculation(d.source(job.prompt), draft_max=d.draft_max, draft_min=d.draft_min)
+            job.speculation = Speculation(
+                d.source(job.prompt, slot.seq_id), draft_max=d.draft_max, draft_min=d.draft_min, min_rate=d.min_rate
+            )
 
     def _borrow_prefix(self, slot: Slot, prompt: list[int], reuse: int) -> int:
         """Copy into ``slot`` the cache of another slot that holds a longer prefix of ``prompt`` (by at least

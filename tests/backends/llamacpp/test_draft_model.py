@@ -1,0 +1,218 @@
+"""Speculative decoding with a draft model (``--spec draft``), on the real step loop.
+
+No second model of SmolLM2's or Gemma 3's family is on PyPI, so each model drafts for itself: the check the issue
+names for correctness and overhead. A model drafting for itself proposes its own greedy continuation, so every
+drafted token is kept, and greedy output is the output without speculation, alone and inside a batch of four. A
+seeded sampled reply is the same too. SmolLM2 and Gemma 3 have different vocabularies, which is the refusal case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from localinfer.backends.base import LoadSpec
+from localinfer.backends.llamacpp.backend import LlamaCppBackend
+from localinfer.backends.llamacpp.draft_model import DraftModel
+from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.config import Settings
+from localinfer.errors import ModelLoadError
+from localinfer.models.store import Manifest
+from localinfer.types import GenerationOptions, SamplingParams
+from tests.app.server.conftest import Server, serving
+from tests.backends.llamacpp.test_speculation import batch_prompts, edit_case, greedy, loaded, replies, reply
+
+pytestmark = pytest.mark.model
+
+__all__ = ["edit_case"]  # the fixture, shared with the prompt lookup tests
+
+
+async def drafting_for_itself(manifest: Manifest, *, parallel: int = 1) -> LlamaCppBackend:
+    return await loaded(manifest, parallel=parallel, speculation="draft", draft_path=manifest.path)
+
+
+async def test_a_model_drafting_for_itself_keeps_every_draft_and_the_greedy_text(
+    edit_case: tuple[Manifest, str],
+) -> None:
+    manifest, prompt = edit_case
+    [expected] = await replies(manifest, [prompt], greedy(96), speculation="off")
+    backend = await drafting_for_itself(manifest)
+    try:
+        text, timings = await reply(backend, prompt, greedy(96))
+    finally:
+        await backend.unload()
+    assert text == expected and text.strip()
+    assert timings.draft_n >= 48, timings  # most of the reply was drafted...
+    assert timings.draft_n_accepted == timings.draft_n  # ...and every drafted token was the model's own pick
+
+
+async def test_greedy_output_with_a_draft_model_inside_a_batch_of_four_is_the_output_alone(
+    edit_case: tuple[Manifest, str],
+) -> None:
+    manifest, prompt = edit_case
+    prompts = batch_prompts(chat="<|im_start|>" in prompt)
+    alone = [(await replies(manifest, [p], greedy(40), speculation="off"))[0] for p in prompts]
+    backend = await drafting_for_itself(manifest, parallel=4)
+    try:
+        together = await asyncio.gather(*(reply(backend, p, greedy(40)) for p in prompts))
+    finally:
+        await backend.unload()
+    assert [text for text, _ in together] == alone
+    drafted = sum(timings.draft_n for _, timings in together)
+    assert drafted >= 40 and sum(timings.draft_n_accepted for _, timings in together) == drafted
+
+
+async def sampled_beside_a_companion(
+    manifest: Manifest, prompt: str, options: GenerationOptions, **spec: object
+) -> str:
+    """A reply computed while another stream keeps every step of the loop at two tokens or more.
+
+    llama.cpp's CPU kernels compute a one-token batch in another way than a larger one: on the machine this was
+    written on, a token's log-probabilities differ by up to 0.03 (0.14 among the ten likeliest) between the two,
+    while batches of 2 to 64 tokens agree to the bit. A seeded draw near a boundary then goes the other way. With a
+    companion stream, steps with a draft and steps without one use the same kernels, so the sampled replies with
+    and without drafts are comparable token for token."""
+    backend = await loaded(manifest, parallel=2, **spec)
+    try:
+        (text, _), _ = await asyncio.gather(reply(backend, prompt, options), reply(backend, COMPANION, greedy(200)))
+    finally:
+        await backend.unload()
+    return text
+
+
+COMPANION = "Count from one to a hundred in words: one, two, three,"
+
+
+async def test_a_seeded_sampled_reply_is_the_same_with_a_draft_model(edit_case: tuple[Manifest, str]) -> None:
+    manifest, prompt = edit_case
+    options = GenerationOptions(
+        sampling=SamplingParams(temperature=0.7, top_k=40, top_p=0.95, seed=1234), max_tokens=64, ignore_eos=True
+    )
+    without = await sampled_beside_a_companion(manifest, prompt, options, speculation="off")
+    with_draft = await sampled_beside_a_companion(
+        manifest, prompt, options, speculation="draft", draft_path=manifest.path
+    )
+    assert with_draft == without and without.strip()
+
+
+async def test_the_draft_cache_follows_the_conversation(smollm2: Manifest) -> None:
+    """A second turn extends the first: the draft model's sequence keeps the first turn and computes only the
+    rest, and its drafts are still the model's own picks."""
+    first = "<|im_start|>user\nList the days of the week, one per line.<|im_end|>\n<|im_start|>assistant\n"
+    backend = await drafting_for_itself(smollm2)
+    try:
+        answer, _ = await reply(backend, first, greedy(48))
+        second = (
+            first + answer + "<|im_end|>\n<|im_start|>user\nNow list them again.<|im_end|>\n<|im_start|>assistant\n"
+        )
+        _, timings = await reply(backend, second, greedy(48))
+    finally:
+        await backend.unload()
+    assert timings.draft_n > 0 and timings.draft_n_accepted == timings.draft_n
+
+
+def load_target(manifest: Manifest) -> tuple[LoadSpec, LlamaModel]:
+    spec = LoadSpec(path=manifest.path, ctx_size=512, parallel=1, threads=2)
+    return spec, LlamaModel.load(spec)
+
+
+@pytest.mark.parametrize("name", ["smollm2", "gemma3"])
+def test_a_draft_model_proposes_the_text_it_is_sure_of(name: str, request: pytest.FixtureRequest) -> None:
+    """A sentence said three times and begun again: the draft is the rest of it, as far as the draft model is
+    sure of each token (SmolLM2 135M is sure of two; Gemma 3 of the whole sentence on the machine this was written
+    on), and after part of a draft is kept, the next one goes on from there."""
+    manifest: Manifest = request.getfixturevalue(name)
+    spec, target = load_target(manifest)
+    try:
+        draft = DraftModel.load(dataclasses.replace(spec, draft_path=manifest.path), target)
+        try:
+            prompt = target.tokenize(SENTENCE * 3 + "The quick", add_special=True, parse_special=False)
+            rest = target.tokenize(" brown fox jumps over the lazy dog.", add_special=False, parse_special=False)
+            source = draft.source(prompt, 0)
+            proposal = source.propose(8)
+            assert len(proposal) >= 2 and proposal == rest[: len(proposal)]
+            source.extend(rest[:1])  # one drafted token kept: what the draft model computed past it is dropped
+            assert source.propose(1) == rest[1:2]
+            assert source.propose(0) == []
+        finally:
+            draft.free()
+    finally:
+        target.free()
+
+
+SENTENCE = "The quick brown fox jumps over the lazy dog. "
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(smollm2: Manifest, gemma3: Manifest) -> None:
+    spec, target = load_target(smollm2)
+    try:
+        with pytest.raises(ModelLoadError) as refused:
+            DraftModel.load(dataclasses.replace(spec, draft_path=gemma3.path), target)
+    finally:
+        target.free()
+    assert "cannot draft for" in refused.value.message and "tokenizer is of another kind" in refused.value.message
+    assert refused.value.hint and "same family" in refused.value.hint
+
+
+async def test_a_backend_whose_draft_model_is_refused_loads_nothing(smollm2: Manifest, gemma3: Manifest) -> None:
+    backend = LlamaCppBackend()
+    with pytest.raises(ModelLoadError, match="cannot draft for"):
+        await backend.load(
+            LoadSpec(path=smollm2.path, ctx_size=512, threads=2, speculation="draft", draft_path=gemma3.path)
+        )
+    assert backend.slots() == []  # no step loop was started; the target was freed
+
+
+# --- through the server -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def draft_server(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    extra = ("--parallel", "1", "--ctx-size", "2048", "--draft", str(smollm2.path))
+    with serving(smollm2.name, test_home, tmp_path_factory.mktemp("draft"), *extra) as server:
+        yield server
+
+
+def test_serve_with_draft_answers_and_reports_the_drafts(draft_server: Server) -> None:
+    body = {"prompt": "One, two, three, four, five, six, seven, eight,", "n_predict": 24, "temperature": 0}
+    answer = httpx.post(f"{draft_server.url}/completion", json=body, timeout=120).json()
+    assert answer["content"].strip()
+    timings = answer["timings"]
+    assert timings["draft_n"] > 0 and timings["draft_n_accepted"] == timings["draft_n"], timings
+
+
+def cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "localinfer.app.cli", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_spec_draft_without_a_draft_model_is_a_one_line_error(tmp_path: Path) -> None:
+    answer = cli("serve", "--spec", "draft", home=tmp_path)
+    assert answer.returncode == 1
+    assert "--spec draft needs a draft model" in answer.stderr and "--draft MODEL" in answer.stderr
+    assert "Traceback" not in answer.stderr
+
+
+def test_a_draft_model_that_is_not_there_is_a_one_line_error(tmp_path: Path) -> None:
+    answer = cli("serve", "--draft", "no-such-draft", home=tmp_path)
+    assert answer.returncode == 1 and "no-such-draft" in answer.stderr
+    assert "Traceback" not in answer.stderr
+
+
+def test_naming_a_draft_model_turns_draft_speculation_on_unless_spec_says_otherwise() -> None:
+    assert Settings(spec=None, draft=None).speculation == "ngram"
+    assert Settings(spec=None, draft="qwen-0.5b").speculation == "draft"
+    assert Settings(spec="off", draft="qwen-0.5b").speculation == "off"
+    assert Settings(spec="ngram", draft="qwen-0.5b").speculation == "ngram"
