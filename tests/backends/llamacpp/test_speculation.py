@@ -67,7 +67,9 @@ async def reply(backend: LlamaCppBackend, prompt: str, options: GenerationOption
 
 
 async def loaded(manifest: Manifest, *, parallel: int = 1, **spec: object) -> LlamaCppBackend:
-    backend = LlamaCppBackend()
+    """The model loaded with ``parallel`` slots, drafting for all of them at once (on a CPU it drafts only while
+    one slot generates, which would leave the batch tests without drafts)."""
+    backend = LlamaCppBackend(drafting_slots=parallel)
     await backend.load(LoadSpec(path=manifest.path, ctx_size=2048, parallel=parallel, threads=2, **spec))  # type: ignore[arg-type]
     return backend
 
@@ -246,6 +248,26 @@ async def test_a_seeded_sampled_reply_is_the_same_with_and_without_speculation(s
     [without] = await replies(smollm2, [EDIT_CHAT], options, speculation="off")
     [with_drafts] = await replies(smollm2, [EDIT_CHAT], options)
     assert with_drafts == without and without.strip()
+
+
+@pytest.mark.model
+async def test_on_a_cpu_drafts_wait_while_another_slot_generates(smollm2: Manifest) -> None:
+    """A drafted token costs about what a generated one does in a batch two tokens wide or more on a CPU, so the
+    default backend drafts only while one slot generates: a quote repeated alongside another stream gets no
+    drafts, the same quote alone gets them."""
+    [quote] = batch_prompts(chat=True)[:1]
+    backend = LlamaCppBackend()
+    await backend.load(LoadSpec(path=smollm2.path, ctx_size=2048, parallel=2, threads=2))
+    try:
+        _, alone = await reply(backend, quote, greedy(40))
+        running = streaming(backend, chat("Tell me a long story about the sea."), greedy(400))
+        await anext(running)  # the other stream is generating, and goes on past the quote's 40 tokens
+        text, beside = await reply(backend, quote, greedy(40))
+        await running.aclose()
+    finally:
+        await backend.unload()
+    assert alone.draft_n_accepted >= 8, alone
+    assert beside.draft_n == 0 and text.strip(), beside
 
 
 # --- a prefix shared between slots ------------------------------------------------------------------------------

@@ -36,14 +36,32 @@ from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotRea
 from localinfer.types import PRIORITY_RANK, GenerationRequest, TokenStream
 
 
-def drafting(spec: LoadSpec, source: PromptDraftFactory, draft_model: DraftModel | None) -> Drafting | None:
-    """How the step loop speculates for ``spec``: with ``draft_model`` when there is one, else with drafts from
-    ``source``; not at all when speculation is off."""
+# On a CPU, a batch of two tokens or more is computed by kernels whose cost grows with every token (SmolLM2 Q4_1 on
+# 2 cores: 20 ms for one token, 10-13 ms a token from two on), so a drafted token costs nearly what a generated one
+# does once two slots generate: with 8 streams, prompt lookup took aggregate tok/s from 1.03x to 0.84x of
+# llama-server's (docs/benchmarks.md). Drafts are fed there only while one slot generates; a model offloaded to a
+# GPU, whose batches cost about the same up to dozens of tokens, drafts for every slot.
+CPU_DRAFTING_SLOTS = 1
+
+
+def drafting(
+    spec: LoadSpec,
+    model: LlamaModel,
+    source: PromptDraftFactory,
+    draft_model: DraftModel | None,
+    slots: int | None = None,
+) -> Drafting | None:
+    """How the step loop speculates for ``spec`` on ``model``: with ``draft_model`` when there is one, else with
+    drafts from ``source``, while at most ``slots`` slots generate (None: CPU_DRAFTING_SLOTS on a CPU, all of
+    them on a GPU); not at all when speculation is off."""
     if spec.speculation == "off" or spec.draft_max <= 0:
         return None
+    if slots is None:
+        slots = model.n_seq_max if model.gpu_layers > 0 else min(CPU_DRAFTING_SLOTS, model.n_seq_max)
+    bounds = {"draft_max": spec.draft_max, "draft_min": spec.draft_min, "max_generating": slots}
     if draft_model is not None:  # each proposal costs draft steps: fed whatever the share kept (its p_min cuts them)
-        return Drafting(draft_model.source, draft_max=spec.draft_max, draft_min=spec.draft_min, min_rate=0.0)
-    return Drafting(lambda prompt, _seq_id: source(prompt), draft_max=spec.draft_max, draft_min=spec.draft_min)
+        return Drafting(draft_model.source, min_rate=0.0, **bounds)
+    return Drafting(lambda prompt, _seq_id: source(prompt), **bounds)
 
 
 class LlamaCppBackend(Backend):
@@ -60,10 +78,12 @@ class LlamaCppBackend(Backend):
         rerank=True,
     )
 
-    def __init__(self, *, draft_source: PromptDraftFactory = NgramDraft) -> None:
+    def __init__(self, *, draft_source: PromptDraftFactory = NgramDraft, drafting_slots: int | None = None) -> None:
         """``draft_source`` makes each request's speculative drafts without a draft model (prompt lookup; tests
-        give others)."""
+        give others); drafts are fed while at most ``drafting_slots`` slots generate (None: as the device suits,
+        ``drafting``)."""
         self._draft_source = draft_source
+        self._drafting_slots = drafting_slots
         self._model: LlamaModel | None = None
         self._draft_model: DraftModel | None = None
         self._loop: StepLoop | None = None
@@ -85,7 +105,7 @@ class LlamaCppBackend(Backend):
         self._longest_token = await asyncio.to_thread(model.longest_token)
         self._model = model
         self._constraints = ConstraintCompiler(model.vocab)
-        how = drafting(spec, self._draft_source, self._draft_model)
+        how = drafting(spec, model, self._draft_source, self._draft_model, self._drafting_slots)
         self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=how)
         self._loop.start()
 

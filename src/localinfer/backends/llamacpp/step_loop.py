@@ -43,12 +43,18 @@ MIN_SHARED_PREFIX = 256
 @dataclass(frozen=True)
 class Drafting:
     """How the loop speculates: each request's draft source, made from its prompt and its slot, the draft's
-    bounds, and the share of drafted tokens kept below which drafts stop being fed (Speculation.min_rate)."""
+    bounds, the share of drafted tokens kept below which drafts stop being fed (Speculation.min_rate), and how many
+    slots may be generating for drafts to be fed at all (``max_generating``).
+
+    A drafted token costs a place in the batch whether it is kept or not. When the batch is already wide enough
+    for its cost to grow with every token (a CPU past one token: CPU_DRAFTING_SLOTS), a draft pays only if it is
+    kept whole, so drafting waits until fewer slots generate."""
 
     source: DraftFactory
     draft_max: int
     draft_min: int
     min_rate: float = MIN_RATE
+    max_generating: int = 1
 
 
 class StepLoop:
@@ -203,9 +209,10 @@ class StepLoop:
         fed: list[tuple[Slot, list[int]]] = []
         for slot in self._slots:
             slot.batch_index = -1
+        drafting = self._drafting is not None and len(generating) <= self._drafting.max_generating
         for slot in generating:  # one token each, and a draft of the tokens after it where one is guessed
             assert slot.next_token is not None and slot.job is not None
-            slot.draft = self._draft(slot, slot.job, self._capacity - n - 1)
+            slot.draft = self._draft(slot, slot.job, self._capacity - n - 1) if drafting else []
             tokens = [slot.next_token, *slot.draft]
             for i, token in enumerate(tokens):
                 self._add(n + i, token, len(slot.cached) + i, slot.seq_id, True)
