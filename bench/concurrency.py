@@ -9,6 +9,8 @@ All three run on the same GGUF file with the same thread count, in one invocatio
    round), TTFT and end-to-end latency p50/p95, and the peak RSS of the server's process tree.
 2. Multi-turn chat: one client, 10 streamed `/v1/chat/completions` turns; each adds ~120 tokens of user text
    and the 24-token reply, so the history grows to ~1,500 tokens. Reported: TTFT per turn, turn 10 / turn 1.
+   With `--system-words N`, every conversation starts with the same system prompt of N words, and the warm-up
+   conversation before turn 1 (another conversation) has it too: turn 1 finds it cached.
 
 Usage: .venv/bin/python bench/concurrency.py --model PATH [--threads 2] [--levels 1,4,8]
        [--engines localinfer,llama-server,llama-cpp-python]
@@ -24,6 +26,7 @@ import secrets
 import statistics
 import subprocess
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,7 +97,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ctx", type=int, default=4096, help="context tokens per request (default 4096)")
     ap.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {','.join(ENGINES)}")
     ap.add_argument("--skip-multiturn", action="store_true", help="only the throughput scenario")
+    ap.add_argument(
+        "--alternate", action="store_true", help="all servers of a level up at once, engines taking turns each round"
+    )
     ap.add_argument("--chat-max-tokens", type=int, default=24, help="reply tokens per chat turn (default 24)")
+    ap.add_argument(
+        "--system-words", type=int, default=0, help="a system prompt of this many words shared by every chat"
+    )
     ap.add_argument("--llama-bin", type=Path, help="folder with llama-server (default: bench/build-llama-cpp)")
     ap.add_argument(
         "--localinfer",
@@ -256,52 +265,50 @@ def request_body(model_id: str, prompt: str, setup: EngineSetup, args: argparse.
     return greedy_body(model_id, args.max_tokens, prompt=prompt, **setup.body_extra())
 
 
-def run_throughput(setup: EngineSetup, level: int, args: argparse.Namespace) -> dict[str, Any]:
-    slots = setup.slots(level, args)
-    server = start_server(setup, slots, f"L{level}", args)
-    rounds: list[dict[str, Any]] = []
-    all_stats: list[StreamStats] = []
-    counter = 0
-    with server, RssSampler(server.pid) as rss:
-        rss_idle = rss.sample()
-        model_id = server.model_id(args.model.stem)
-        for r in range(1 + args.rounds):
-            bodies = []
-            for client in range(level):
-                word = FIRST_WORDS[counter % len(FIRST_WORDS)]
-                counter += 1
-                prompt = f"{word} {secrets.token_hex(3)}. {TOPICS[client % len(TOPICS)]}"
-                bodies.append(request_body(model_id, prompt, setup, args))
-            wall, stats = stream_concurrently(server.base_url, bodies, args.request_timeout)
-            if r == 0:
-                continue  # warm-up
-            tokens = sum(s.tokens for s in stats)
-            rounds.append(
-                {
-                    "wall_s": wall,
-                    "tokens": tokens,
-                    "tok_s": tokens / wall,
-                    "requests": [
-                        {
-                            "ttft_ms": s.ttft_s * 1000,
-                            "e2e_ms": s.total_s * 1000,
-                            "tokens": s.tokens,
-                            "usage_tokens": s.usage_tokens,
-                            "text_chunks": s.text_chunks,
-                            "decode_tps": s.decode_tps,
-                            "finish_reason": s.finish_reason,
-                        }
-                        for s in stats
-                    ],
-                }
-            )
-            all_stats += stats
-            print(
-                f"[{setup.name}] L={level} round {r}: {tokens / wall:.1f} tok/s aggregate, {tokens} tokens in "
-                f"{wall:.2f} s, TTFT max {max(s.ttft_s for s in stats) * 1000:.0f} ms",
-                file=sys.stderr,
-            )
-        rss_peak = rss.peak_bytes
+def one_round(
+    setup: EngineSetup, server: ManagedServer, level: int, counter: int, args: argparse.Namespace
+) -> tuple[float, list[StreamStats]]:
+    """``level`` clients streaming at once, each prompt starting with its own words (the ``counter``-th on)."""
+    model_id = server.model_id(args.model.stem)
+    bodies = []
+    for client in range(level):
+        word = FIRST_WORDS[(counter + client) % len(FIRST_WORDS)]
+        prompt = f"{word} {secrets.token_hex(3)}. {TOPICS[client % len(TOPICS)]}"
+        bodies.append(request_body(model_id, prompt, setup, args))
+    return stream_concurrently(server.base_url, bodies, args.request_timeout)
+
+
+def round_record(wall: float, stats: list[StreamStats]) -> dict[str, Any]:
+    tokens = sum(s.tokens for s in stats)
+    return {
+        "wall_s": wall,
+        "tokens": tokens,
+        "tok_s": tokens / wall,
+        "requests": [
+            {
+                "ttft_ms": s.ttft_s * 1000,
+                "e2e_ms": s.total_s * 1000,
+                "tokens": s.tokens,
+                "usage_tokens": s.usage_tokens,
+                "text_chunks": s.text_chunks,
+                "decode_tps": s.decode_tps,
+                "finish_reason": s.finish_reason,
+            }
+            for s in stats
+        ],
+    }
+
+
+def level_summary(
+    server: ManagedServer,
+    level: int,
+    slots: int,
+    rounds: list[dict[str, Any]],
+    all_stats: list[StreamStats],
+    rss: RssSampler,
+    rss_idle: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     ttft = [s.ttft_s * 1000 for s in all_stats]
     e2e = [s.total_s * 1000 for s in all_stats]
     short = sorted({s.tokens for s in all_stats if s.tokens < args.max_tokens})
@@ -309,7 +316,7 @@ def run_throughput(setup: EngineSetup, level: int, args: argparse.Namespace) -> 
     total_wall = sum(r["wall_s"] for r in rounds)
     return {
         "command": server.cmd,
-        "model_id": model_id,
+        "model_id": server.model_id(args.model.stem),
         "streams": level,
         "slots": slots,
         "agg_tok_s": total_tokens / total_wall,
@@ -319,7 +326,7 @@ def run_throughput(setup: EngineSetup, level: int, args: argparse.Namespace) -> 
         "e2e_ms_p95": percentile(e2e, 95),
         "stream_decode_tps_median": statistics.median(s.decode_tps for s in all_stats),
         "rss_idle_mib": rss_idle / MIB,
-        "rss_peak_mib": rss_peak / MIB,
+        "rss_peak_mib": rss.peak_bytes / MIB,
         "rss_samples": rss.samples,
         "warning": f"requests with fewer than max_tokens tokens: {short}" if short else None,
         "rounds": rounds,
@@ -327,10 +334,71 @@ def run_throughput(setup: EngineSetup, level: int, args: argparse.Namespace) -> 
     }
 
 
+def run_throughput(setup: EngineSetup, level: int, args: argparse.Namespace) -> dict[str, Any]:
+    slots = setup.slots(level, args)
+    server = start_server(setup, slots, f"L{level}", args)
+    rounds: list[dict[str, Any]] = []
+    all_stats: list[StreamStats] = []
+    with server, RssSampler(server.pid) as rss:
+        rss_idle = rss.sample()
+        for r in range(1 + args.rounds):
+            wall, stats = one_round(setup, server, level, r * level, args)
+            if r == 0:
+                continue  # warm-up
+            rounds.append(round_record(wall, stats))
+            all_stats += stats
+            print(
+                f"[{setup.name}] L={level} round {r}: {rounds[-1]['tok_s']:.1f} tok/s aggregate, "
+                f"{rounds[-1]['tokens']} tokens in {wall:.2f} s, TTFT max {max(s.ttft_s for s in stats) * 1000:.0f} ms",
+                file=sys.stderr,
+            )
+        return level_summary(server, level, slots, rounds, all_stats, rss, rss_idle, args)
+
+
+def run_alternating(setups: dict[str, EngineSetup], level: int, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Every engine's server up at once; each round, the engines take turns in an order that rotates, so a
+    slower moment of the machine falls on each alike. Each result also has ``round_tok_s``, the engine's
+    aggregate tok/s round by round, for ratios within a round."""
+    names = list(setups)
+    slots = {name: setups[name].slots(level, args) for name in names}
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    stats_of: dict[str, list[StreamStats]] = {name: [] for name in names}
+    with ExitStack() as stack:
+        servers = {
+            name: stack.enter_context(start_server(setups[name], slots[name], f"L{level}", args)) for name in names
+        }
+        samplers = {name: stack.enter_context(RssSampler(servers[name].pid)) for name in names}
+        idle = {name: samplers[name].sample() for name in names}
+        for r in range(1 + args.rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                wall, stats = one_round(setups[name], servers[name], level, r * level, args)
+                if r == 0:
+                    continue  # warm-up
+                rounds[name].append(round_record(wall, stats))
+                stats_of[name] += stats
+                print(f"[{name}] L={level} round {r}: {rounds[name][-1]['tok_s']:.1f} tok/s", file=sys.stderr)
+        results = {}
+        for name in names:
+            summary = level_summary(
+                servers[name], level, slots[name], rounds[name], stats_of[name], samplers[name], idle[name], args
+            )
+            results[name] = {**summary, "round_tok_s": [rec["tok_s"] for rec in rounds[name]]}
+        return results
+
+
 def chat_user_text(turn: int) -> str:
     rng = random.Random(7919 * turn)
     words = [rng.choice(CHAT_WORDS) for _ in range(CHAT_WORDS_PER_TURN)]
     return f"Note {turn}: " + " ".join(words) + ". Reply with one short sentence about this note."
+
+
+def system_prompt(n_words: int) -> list[dict[str, str]]:
+    """The shared system message of ``n_words`` words (none for 0)."""
+    if n_words <= 0:
+        return []
+    rng = random.Random(104729)
+    words = " ".join(rng.choice(CHAT_WORDS) for _ in range(n_words))
+    return [{"role": "system", "content": f"You are the assistant of a team whose notes follow. {words}."}]
 
 
 def run_multiturn(setup: EngineSetup, args: argparse.Namespace) -> dict[str, Any]:
@@ -340,10 +408,12 @@ def run_multiturn(setup: EngineSetup, args: argparse.Namespace) -> dict[str, Any
     with server, httpx.Client() as client:
         model_id = server.model_id(args.model.stem)
         base = greedy_body(model_id, args.chat_max_tokens, **setup.body_extra())
-        # Warm-up: one short unrelated chat, so turn 1 does not pay for first-request costs.
-        warm = [{"role": "user", "content": "Hello! Say hi."}]
+        # Warm-up: one short unrelated chat, so turn 1 does not pay for first-request costs (and, with a system
+        # prompt, another conversation has computed it before turn 1).
+        system = system_prompt(args.system_words)
+        warm = [*system, {"role": "user", "content": "Hello! Say hi."}]
         stream_chat_completion(client, server.base_url, {**base, "messages": warm}, args.request_timeout)
-        history: list[dict[str, str]] = []
+        history: list[dict[str, str]] = list(system)
         for turn in range(1, CHAT_TURNS + 1):
             history.append({"role": "user", "content": chat_user_text(turn)})
             stats = stream_chat_completion(client, server.base_url, {**base, "messages": history}, args.request_timeout)
@@ -378,6 +448,19 @@ def run_multiturn(setup: EngineSetup, args: argparse.Namespace) -> dict[str, Any
     }
 
 
+def print_round_ratios(throughput: dict[str, dict[str, dict[str, Any]]], levels: list[int]) -> None:
+    """localinfer / llama-server aggregate tok/s computed within each round: the median and the min-max."""
+    print("| streams | localinfer / llama-server, median | min-max | rounds |")
+    print("|---|---|---|---|")
+    for level in levels:
+        ours = throughput.get("localinfer", {}).get(str(level), {}).get("round_tok_s")
+        theirs = throughput.get("llama-server", {}).get(str(level), {}).get("round_tok_s")
+        if not ours or not theirs:
+            continue
+        ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+        print(f"| {level} | {statistics.median(ratios):.2f} | {min(ratios):.2f}-{max(ratios):.2f} | {len(ratios)} |")
+
+
 FAILURES = (BenchError, httpx.HTTPError, subprocess.TimeoutExpired, json.JSONDecodeError)
 
 
@@ -404,8 +487,19 @@ def main(argv: list[str] | None = None) -> int:
     failed = any(not isinstance(s, EngineSetup) for s in setups.values())
     throughput: dict[str, dict[str, dict[str, Any]]] = {engine: {} for engine in args.engines}
     multiturn: dict[str, dict[str, Any]] = {}
-    # Engines take turns within a level, so drift on a shared machine hits all of them alike.
-    for level in args.levels:
+    # Engines take turns within a level, so drift on a shared machine hits all of them alike (--alternate: round
+    # by round, with every server up at once).
+    for level in args.levels if args.alternate else ():
+        ready = {engine: setup for engine, setup in setups.items() if isinstance(setup, EngineSetup)}
+        try:
+            for engine, result in run_alternating(ready, level, args).items():
+                throughput[engine][str(level)] = result
+        except FAILURES as exc:
+            failed = True
+            print(f"L={level} FAILED: {exc}", file=sys.stderr)
+            for engine in ready:
+                throughput[engine][str(level)] = {"error": f"failed: {type(exc).__name__}", "detail": str(exc)[-3000:]}
+    for level in () if args.alternate else args.levels:
         for engine, setup in setups.items():
             if not isinstance(setup, EngineSetup):
                 throughput[engine][str(level)] = dict(setup)
@@ -416,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
                 print(f"[{engine}] L={level} FAILED: {exc}", file=sys.stderr)
                 throughput[engine][str(level)] = {"error": f"failed: {type(exc).__name__}", "detail": str(exc)[-3000:]}
+    if args.alternate:
+        print_round_ratios(throughput, args.levels)
     if not args.skip_multiturn:
         for engine, setup in setups.items():
             if not isinstance(setup, EngineSetup):

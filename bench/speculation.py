@@ -1,4 +1,4 @@
-"""Speculative decoding by prompt lookup: decode tok/s with and without it, against llama-server's n-gram modes.
+"""Speculative decoding: decode tok/s with and without it, against llama-server's n-gram modes or its draft model.
 
 Engines, all started once and alive together, each on the same model file with one slot and the same threads:
 
@@ -6,6 +6,11 @@ Engines, all started once and alive together, each on the same model file with o
 - `localinfer-ngram`: `localinfer serve MODEL` (prompt lookup is the default)
 - `llama-server`: no speculation
 - `llama-server-<type>` for each `--llama-spec` type (default: ngram-simple and ngram-mod), `--spec-type <type>`
+
+With `--draft DRAFT.gguf` the engines compare a draft model instead: `localinfer-off`, `localinfer-draft`
+(`--draft DRAFT`), `llama-server` and `llama-server-draft` (`--spec-type draft-simple -md DRAFT`, its default
+draft settings). A model drafting for itself keeps every draft, so the figures then measure what drafting costs per
+token.
 
 Workloads (greedy, `ignore_eos`, `--tokens` tokens each):
 
@@ -18,10 +23,11 @@ Rounds alternate the engines (the order rotates each round) so a slower or busie
 every engine alike; each request starts with a line naming its round, so no prompt cache shortens it. Reported
 per workload and engine: the median decode tok/s (tokens after the first / time from the first to the last
 streamed text), the min-max over rounds, and the ratios localinfer-ngram / localinfer-off and localinfer-ngram /
-best llama-server speculative setting, each round's ratio computed within the round. A PNG plot goes to
+best llama-server speculative setting (localinfer-draft / llama-server-draft with --draft), each round's
+ratio computed within the round. A PNG plot goes to
 `--plot`.
 
-Usage: .venv/bin/python bench/speculation.py --model PATH.gguf [--chat] [--rounds 5] [--tokens 256]
+Usage: .venv/bin/python bench/speculation.py --model PATH.gguf [--chat] [--rounds 5] [--tokens 256] [--draft D.gguf]
 """
 
 from __future__ import annotations
@@ -151,13 +157,19 @@ def start_servers(args: argparse.Namespace, bin_dir: Path) -> dict[str, ManagedS
     venv = REPO_ROOT / ".venv" / "bin" / "localinfer"
     servers: dict[str, ManagedServer] = {}
     common_li = ["--threads", str(args.threads), "--parallel", "1", "--ctx-size", str(args.ctx)]
-    for name, extra in (("localinfer-off", ["--spec", "off"]), ("localinfer-ngram", [])):
+    ours = ("localinfer-draft", ["--draft", str(args.draft)]) if args.draft else ("localinfer-ngram", [])
+    for name, extra in (("localinfer-off", ["--spec", "off"]), ours):
         port = free_port()
         cmd = [str(venv), "serve", str(args.model), "--port", str(port), *common_li, *extra]
         servers[name] = ManagedServer(name, cmd, port, logs / f"speculation-{name}.log")
     llama = [str(bin_dir / "llama-server"), "-m", str(args.model), "-t", str(args.threads), "-np", "1"]
     llama += ["-c", str(args.ctx), "--host", "127.0.0.1"]
-    for name, extra in [("llama-server", []), *((f"llama-server-{t}", ["--spec-type", t]) for t in args.llama_spec)]:
+    theirs = [(f"llama-server-{t}", ["--spec-type", t]) for t in args.llama_spec]
+    if args.draft:
+        theirs = [
+            ("llama-server-draft", ["--spec-type", "draft-simple", "-md", str(args.draft), "-td", str(args.threads)])
+        ]
+    for name, extra in [("llama-server", []), *theirs]:
         port = free_port()
         servers[name] = ManagedServer(
             name, [*llama, "--port", str(port), *extra], port, logs / f"speculation-{name}.log"
@@ -178,6 +190,7 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--workloads", default="edit,quote,chat")
     p.add_argument("--llama-spec", default="ngram-simple,ngram-mod", type=lambda v: [t for t in v.split(",") if t])
+    p.add_argument("--draft", type=Path, help="compare a draft model (localinfer --draft, llama-server -md)")
     p.add_argument("--llama-cpp-bin", type=Path)
     p.add_argument("--plot", type=Path)
     p.add_argument("--name", help="the model's name in the plot's title (default: the file's)")
@@ -223,18 +236,19 @@ def summarise(
     tps: dict[str, dict[str, list[float]]], drafts: dict[str, dict[str, list[tuple[int, int]]]], names: list[str]
 ) -> dict[str, Any]:
     llama_spec = [n for n in names if n.startswith("llama-server-")]
+    mode = "draft" if "localinfer-draft" in names else "ngram"
     result: dict[str, Any] = {"tok_s": {}, "ratios": {}, "acceptance": {}}
     for workload, by_engine in tps.items():
         result["tok_s"][workload] = {n: spread(v) for n, v in by_engine.items()}
-        rounds = range(len(by_engine["localinfer-ngram"]))
-        ours = by_engine["localinfer-ngram"]
+        ours = by_engine[f"localinfer-{mode}"]
+        rounds = range(len(ours))
         vs_off = [ours[i] / by_engine["localinfer-off"][i] for i in rounds]
         vs_best = [ours[i] / max(by_engine[n][i] for n in [*llama_spec, "llama-server"]) for i in rounds]
         vs_plain = [ours[i] / by_engine["llama-server"][i] for i in rounds]
         result["ratios"][workload] = {
-            "ngram/off": spread(vs_off),
-            "ngram/best llama-server": spread(vs_best),
-            "ngram/llama-server without speculation": spread(vs_plain),
+            f"{mode}/off": spread(vs_off),
+            f"{mode}/best llama-server": spread(vs_best),
+            f"{mode}/llama-server without speculation": spread(vs_plain),
         }
         result["acceptance"][workload] = {
             n: {"draft_n": sum(d for d, _ in v), "draft_n_accepted": sum(a for _, a in v)}
@@ -277,7 +291,8 @@ def plot(report: dict[str, Any], names: list[str], path: Path, title: str) -> No
         ax.bar(xs, medians, width, yerr=errors, capsize=3, label=name)
     ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(workloads))], workloads)
     ax.set_ylabel("decode tok/s (median, min-max)")
-    ax.set_title(f"Speculative decoding by prompt lookup: {title}")
+    how = "a draft model" if "localinfer-draft" in names else "prompt lookup"
+    ax.set_title(f"Speculative decoding by {how}: {title}")
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
