@@ -35,7 +35,6 @@ from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
 from localinfer.types import PRIORITY_RANK, GenerationRequest, TokenStream
 
-
 # On a CPU, a batch of two tokens or more is computed by kernels whose cost grows with every token (SmolLM2 Q4_1 on
 # 2 cores: 20 ms for one token, 10-13 ms a token from two on), so a drafted token costs nearly what a generated one
 # does once two slots generate: with 8 streams, prompt lookup took aggregate tok/s from 1.03x to 0.84x of
