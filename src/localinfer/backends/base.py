@@ -188,6 +188,12 @@ class Backend(ABC):
     async def load(self, spec: LoadSpec) -> None:
         """Load the model. Raises ModelLoadError when the file cannot be loaded."""
 
+    def preflight(self, spec: LoadSpec) -> None:
+        """Refuse now, before any weights are read, a ``spec`` this backend can already tell will not load (a
+        command line's mistake reported at start, not at the first request). Raises ModelLoadError; by default
+        nothing is checked."""
+        return None
+
     @property
     @abstractmethod
     def facts(self) -> ModelFacts:

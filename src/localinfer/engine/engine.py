@@ -190,9 +190,11 @@ class Engine:
         return {RAM: manifest.size}
 
     def check_plan(self, manifest: Manifest) -> None:
-        """Plan ``manifest``'s load now, so that a model this machine cannot run (vLLM's without its GPU) fails
-        before it is served; the plan is logged when the model loads. Raises ModelLoadError."""
-        self._load_spec(manifest, None, explain=False)
+        """Plan ``manifest``'s load now, and let its backend check what it can without loading, so that a model
+        this machine cannot run (vLLM's without its GPU) or a draft model of another vocabulary fails before it is
+        served; the plan is logged when the model loads. Raises ModelLoadError."""
+        spec = self._load_spec(manifest, None, explain=False)
+        backend_for(manifest, self._backend_factory).preflight(spec)
 
     def preload(self, manifest: Manifest, *, ctx_size: int | None = None, pin: bool = False) -> Runner:
         """Start loading ``manifest`` in the background (``health`` says ``loading`` until it is done), with a

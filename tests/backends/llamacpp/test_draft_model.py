@@ -216,3 +216,15 @@ def test_naming_a_draft_model_turns_draft_speculation_on_unless_spec_says_otherw
     assert Settings(spec=None, draft="qwen-0.5b").speculation == "draft"
     assert Settings(spec="off", draft="qwen-0.5b").speculation == "off"
     assert Settings(spec="ngram", draft="qwen-0.5b").speculation == "ngram"
+
+
+def test_serve_with_a_draft_of_another_vocabulary_stops_at_start_in_one_line(
+    smollm2: Manifest, gemma3: Manifest, tmp_path: Path
+) -> None:
+    """Found from the two vocabularies before any weights load: the server does not start, rather than answer
+    every request with a load failure."""
+    answer = cli("serve", str(smollm2.path), "--draft", str(gemma3.path), home=tmp_path)
+    assert answer.returncode == 1, answer.stderr
+    message, hint = answer.stderr.strip().splitlines()[-2:]  # after llama.cpp's own warnings, if any
+    assert message.startswith("localinfer: the draft model") and "its tokenizer is of another kind" in message
+    assert hint.startswith("hint: pick a smaller model of the same family") and "Traceback" not in answer.stderr

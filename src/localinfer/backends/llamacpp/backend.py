@@ -108,6 +108,10 @@ class LlamaCppBackend(Backend):
         self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=how)
         self._loop.start()
 
+    def preflight(self, spec: LoadSpec) -> None:
+        if spec.speculation == "draft":
+            DraftModel.check(spec)
+
     @property
     def facts(self) -> ModelFacts:
         if self._facts is None:

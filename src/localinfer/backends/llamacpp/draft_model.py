@@ -19,7 +19,7 @@ import numpy as np
 
 from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.job import common_prefix
-from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.backends.llamacpp.model import LlamaModel, vocabulary
 from localinfer.errors import ModelLoadError
 
 DRAFT_P_MIN = 0.75  # a drafted token's probability under the draft model must reach this, as llama-server's
@@ -29,10 +29,9 @@ VOCAB_SIZE_SLACK = 128
 VOCAB_CHECK_FROM = 5  # the first few ids are control tokens whose text families write differently
 
 
-def vocab_mismatch(target: LlamaModel, draft: LlamaModel) -> str | None:
-    """Why ``draft`` cannot draft for ``target`` (a different tokenizer: its token ids mean other text), or None
-    when the two vocabularies agree, by llama.cpp's rules (common_speculative_are_compatible)."""
-    t, d = target.vocab, draft.vocab
+def vocab_mismatch(t: lc.llama_vocab_p, d: lc.llama_vocab_p) -> str | None:
+    """Why a model of vocabulary ``d`` cannot draft for one of ``t`` (a different tokenizer: its token ids mean
+    other text), or None when the two agree, by llama.cpp's rules (common_speculative_are_compatible)."""
     if lc.llama_vocab_type(t) != lc.llama_vocab_type(d):
         return "its tokenizer is of another kind"
     if (lc.llama_vocab_bos(t), lc.llama_vocab_eos(t)) != (lc.llama_vocab_bos(d), lc.llama_vocab_eos(d)):
@@ -69,14 +68,22 @@ class DraftModel:
             spec, path=spec.draft_path, ctx_size=target.n_ctx, parallel=target.n_seq_max, draft_path=None
         )
         model = LlamaModel.load(draft_spec)
-        problem = vocab_mismatch(target, model)
+        problem = vocab_mismatch(target.vocab, model.vocab)
         if problem is not None:
             model.free()
-            raise ModelLoadError(
-                f"the draft model {spec.draft_path} cannot draft for {spec.name or spec.path.name}: {problem}",
-                hint="pick a smaller model of the same family (Qwen2.5-0.5B for Qwen2.5-7B), or --spec ngram",
-            )
+            raise _cannot_draft(spec, problem)
         return cls(model, target_vocab_size=int(lc.llama_vocab_n_tokens(target.vocab)))
+
+    @staticmethod
+    def check(spec: LoadSpec) -> None:
+        """Refuse, from the two vocabularies alone (no weights read), a draft model that cannot draft for
+        ``spec.path``. Raises ModelLoadError."""
+        if spec.draft_path is None:
+            raise ModelLoadError("speculation by a draft model needs one", hint="name it with --draft MODEL")
+        with vocabulary(spec.path) as target, vocabulary(spec.draft_path) as draft:
+            problem = vocab_mismatch(target, draft)
+        if problem is not None:
+            raise _cannot_draft(spec, problem)
 
     @property
     def model_bytes(self) -> int:
@@ -155,6 +162,13 @@ class DraftModel:
         logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, -1), shape=(self._n_vocab,))
         top = int(logits.argmax())
         return top, float(1.0 / np.exp(logits - logits[top]).sum())
+
+
+def _cannot_draft(spec: LoadSpec, problem: str) -> ModelLoadError:
+    return ModelLoadError(
+        f"the draft model {spec.draft_path} cannot draft for {spec.name or spec.path.name}: {problem}",
+        hint="pick a smaller model of the same family (Qwen2.5-0.5B for Qwen2.5-7B), or --spec ngram",
+    )
 
 
 class ModelDraft:

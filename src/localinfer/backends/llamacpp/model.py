@@ -8,6 +8,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,26 @@ def _init_backend() -> None:
         lc.llama_log_set(_route_llama_log, ctypes.c_void_p(0))
         lc.llama_backend_init()
         _backend_ready = True
+
+
+@contextmanager
+def vocabulary(path: Path) -> Iterator[lc.llama_vocab_p]:
+    """The vocabulary of the GGUF at ``path``, read without its weights (llama.cpp's vocab_only). Raises
+    ModelLoadError when llama.cpp cannot read it."""
+    if not path.is_file():
+        raise ModelLoadError(f"model file not found: {path}", hint="check the path, or 'localinfer ls'")
+    _init_backend()
+    params = lc.llama_model_default_params()
+    params.vocab_only = True
+    model = lc.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise ModelLoadError(
+            f"llama.cpp could not read the vocabulary of {path}", hint="check that the file is a complete GGUF"
+        )
+    try:
+        yield lc.llama_model_get_vocab(model)
+    finally:
+        lc.llama_model_free(model)
 
 
 def default_threads() -> int:
