@@ -2,7 +2,7 @@
 
 It keeps one KV sequence per slot of the target, under the same id, so a slot's draft cache follows its
 conversation and a later turn computes only what is new. A draft is the draft model's greedy continuation of the
-text so far, stopped at the first token it is not confident of (``DRAFT_P_MIN``, llama-server's --draft-p-min): a
+text so far, stopped at the first token it is not confident of (``DRAFT_P_MIN``, as llama-server's --draft-p-min): a
 doubtful guess costs a step of the draft model and a place in the target's batch, and is seldom kept. The target
 verifies each draft with its own sampler (step_loop.py), so the draft model changes the speed only, never the text.
 
@@ -22,7 +22,9 @@ from localinfer.backends.llamacpp.job import common_prefix
 from localinfer.backends.llamacpp.model import LlamaModel, vocabulary
 from localinfer.errors import ModelLoadError
 
-DRAFT_P_MIN = 0.75  # a drafted token's probability under the draft model must reach this, as llama-server's
+# A drafted token's probability under the draft model must reach this (llama-server's --draft-p-min: 0.75 in its
+# releases of 2025; the one vendored here defaults to 0 with 3-token drafts).
+DRAFT_P_MIN = 0.75
 # Two sizes of one family may pad their embedding tables differently (Qwen2.5 0.5B: 151936 ids, 7B: 152064), as
 # llama.cpp allows; the ids past the smaller table are never real text.
 VOCAB_SIZE_SLACK = 128
@@ -84,10 +86,6 @@ class DraftModel:
             problem = vocab_mismatch(target, draft)
         if problem is not None:
             raise _cannot_draft(spec, problem)
-
-    @property
-    def model_bytes(self) -> int:
-        return int(lc.llama_model_size(self._model.model))
 
     def source(self, prompt: Sequence[int], seq_id: int) -> ModelDraft:
         """A request's draft source: the draft model continuing its text in sequence ``seq_id``."""
