@@ -27,15 +27,22 @@ from localinfer.errors import ModelLoadError
 from localinfer.models.store import Manifest
 from localinfer.types import GenerationOptions, SamplingParams
 from tests.app.server.conftest import Server, serving
-from tests.backends.llamacpp.test_speculation import batch_prompts, edit_case, greedy, loaded, replies, reply
+from tests.backends.llamacpp.test_speculation import (
+    alone_and_in_a_batch_of_four,
+    edit_case,
+    greedy,
+    loaded,
+    replies,
+    reply,
+)
 
 pytestmark = pytest.mark.model
 
 __all__ = ["edit_case"]  # the fixture, shared with the prompt lookup tests
 
 
-async def drafting_for_itself(manifest: Manifest, *, parallel: int = 1) -> LlamaCppBackend:
-    return await loaded(manifest, parallel=parallel, speculation="draft", draft_path=manifest.path)
+async def drafting_for_itself(manifest: Manifest) -> LlamaCppBackend:
+    return await loaded(manifest, speculation="draft", draft_path=manifest.path)
 
 
 async def test_a_model_drafting_for_itself_keeps_every_draft_and_the_greedy_text(
@@ -57,13 +64,9 @@ async def test_greedy_output_with_a_draft_model_inside_a_batch_of_four_is_the_ou
     edit_case: tuple[Manifest, str],
 ) -> None:
     manifest, prompt = edit_case
-    prompts = batch_prompts(chat="<|im_start|>" in prompt)
-    alone = [(await replies(manifest, [p], greedy(40), speculation="off"))[0] for p in prompts]
-    backend = await drafting_for_itself(manifest, parallel=4)
-    try:
-        together = await asyncio.gather(*(reply(backend, p, greedy(40)) for p in prompts))
-    finally:
-        await backend.unload()
+    alone, together = await alone_and_in_a_batch_of_four(
+        manifest, prompt, speculation="draft", draft_path=manifest.path
+    )
     assert [text for text, _ in together] == alone
     drafted = sum(timings.draft_n for _, timings in together)
     assert drafted >= 40 and sum(timings.draft_n_accepted for _, timings in together) == drafted

@@ -196,16 +196,24 @@ def batch_prompts(chat: bool) -> list[str]:
 async def test_greedy_output_inside_a_batch_of_four_is_the_output_alone_without_speculation(
     edit_case: tuple[Manifest, str],
 ) -> None:
-    manifest, prompt = edit_case
+    alone, together = await alone_and_in_a_batch_of_four(*edit_case)
+    assert [text for text, _ in together] == alone
+    assert sum(timings.draft_n_accepted for _, timings in together) >= 20  # the repeats were drafted
+
+
+async def alone_and_in_a_batch_of_four(
+    manifest: Manifest, prompt: str, **spec: object
+) -> tuple[list[str], list[tuple[str, Timings]]]:
+    """The four quotes of ``prompt``'s kind (chat or base), each greedy without speculation in a context of its
+    own, then all four at once in one context of four slots loaded with ``spec``, with their timings."""
     prompts = batch_prompts(prompt is EDIT_CHAT)
     alone = [(await replies(manifest, [p], greedy(40), speculation="off"))[0] for p in prompts]
-    backend = await loaded(manifest, parallel=4)
+    backend = await loaded(manifest, parallel=4, **spec)
     try:
         together = await asyncio.gather(*(reply(backend, p, greedy(40)) for p in prompts))
     finally:
         await backend.unload()
-    assert [text for text, _ in together] == alone
-    assert sum(timings.draft_n_accepted for _, timings in together) >= 20  # the repeats were drafted
+    return alone, together
 
 
 class AlwaysWrong:
