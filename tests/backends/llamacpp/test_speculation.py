@@ -16,7 +16,8 @@ import pytest
 
 from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
-from localinfer.backends.llamacpp.speculative import MIN_RATE, NgramDraft, Speculation
+from localinfer.backends.llamacpp.speculative import SHADOW_MAX, NgramDraft, Speculation
+from localinfer.backends.llamacpp.step_costs import UNMEASURED_TOKEN_SHARE, WEIGHT, StepCosts
 from localinfer.backends.llamacpp.step_loop import MIN_SHARED_PREFIX
 from localinfer.models.store import Manifest
 from localinfer.types import GenerationOptions, GenerationRequest, SamplingParams, Timings, TokenLogprob
@@ -67,9 +68,10 @@ async def reply(backend: LlamaCppBackend, prompt: str, options: GenerationOption
 
 
 async def loaded(manifest: Manifest, *, parallel: int = 1, **spec: object) -> LlamaCppBackend:
-    """The model loaded with ``parallel`` slots, drafting for all of them at once (on a CPU it drafts only while
-    one slot generates, which would leave the batch tests without drafts)."""
-    backend = LlamaCppBackend(drafting_slots=parallel)
+    """The model loaded with ``parallel`` slots, drafting for all of them at once, and with more than one slot
+    feeding every proposal whole (on a CPU it drafts only while one slot generates, and a step's cost grows with
+    each token past one, which would leave the batch tests without drafts)."""
+    backend = LlamaCppBackend(drafting_slots=parallel, weigh_costs=parallel == 1)
     await backend.load(LoadSpec(path=manifest.path, ctx_size=2048, parallel=parallel, threads=2, **spec))  # type: ignore[arg-type]
     return backend
 
@@ -91,10 +93,20 @@ def test_prompt_lookup_proposes_what_followed_the_latest_earlier_occurrence() ->
     assert draft.propose(3) == [7, 8, 1]  # "1 2 3 4" last came before "7 8", not before "5 9"
     assert draft.propose(1) == [7]
     draft.extend([7, 8])
-    assert draft.propose(8) == [1, 2, 3, 4, 7, 8]  # the text so far is all there is to propose
+    assert draft.propose(6) == [1, 2, 3, 4, 7, 8]  # up to the end of the text...
+    assert draft.propose(9) == [1, 2, 3, 4, 7, 8, 1, 2, 3]  # ...and on: a text that repeats goes on repeating
     assert NgramDraft([1, 2, 3, 4, 5]).propose(4) == []  # no earlier occurrence: no guess
     assert NgramDraft([1, 2, 3, 9, 1, 2, 3]).propose(4) == []  # three tokens in common are not enough
     assert NgramDraft([5, 5, 5]).propose(0) == []
+
+
+def test_a_prompt_lookup_draft_reaches_further_the_longer_the_reply_has_been_copying() -> None:
+    document = list(range(100, 200))
+    few_words = NgramDraft([*document, 1, 2, *document[50:56]])  # six tokens in common with the document
+    assert few_words.propose(64) == document[56:68]  # twice as many past them
+    copying = NgramDraft([*document, 1, 2, *document[20:56]])  # 36 in common: the reply is quoting it
+    assert copying.propose(64) == [*document[56:], 1, 2, *document[20:38]]  # 64, what followed there
+    assert copying.propose(10) == document[56:66]
 
 
 class Fixed:
@@ -111,8 +123,8 @@ class Fixed:
         return self.tokens[:n_max]
 
 
-def test_the_draft_grows_while_it_is_kept_and_shrinks_to_what_was_kept() -> None:
-    source = Fixed(range(100))
+def test_without_step_costs_the_draft_grows_while_it_is_kept_and_shrinks_to_what_was_kept() -> None:
+    source = Fixed(range(100))  # a draft model's proposals: fed whole, their length asked as they were kept
     spec = Speculation(source, draft_max=16, n_draft=4)
     assert spec.draft(room=100) == [0, 1, 2, 3]
     spec.verified([0, 1, 2, 3], 4, [0, 1, 2, 3, 9])
@@ -124,26 +136,73 @@ def test_the_draft_grows_while_it_is_kept_and_shrinks_to_what_was_kept() -> None
     assert Speculation(Fixed([1, 2]), draft_max=16, draft_min=3).draft(room=100) == []  # too short to verify
 
 
+def costs(*measured: tuple[int, float]) -> StepCosts:
+    table = StepCosts()
+    for width, ms in measured:
+        table.record(width, ms)
+    return table
+
+
+def test_step_costs_are_measured_interpolated_and_guessed_on_past_the_widest() -> None:
+    assert StepCosts().estimate(1) is None  # nothing to go on before one step
+    table = costs((1, 30.0), (16, 280.0), (64, 470.0))
+    assert table.estimate(16) == 280.0
+    assert table.estimate(40) == pytest.approx(375.0)  # halfway from 16 to 64
+    assert table.estimate(2) == pytest.approx(30.0 + 250.0 / 15)
+    assert table.estimate(80) == pytest.approx(470.0 + 16 * UNMEASURED_TOKEN_SHARE * 30.0)
+    slow_so_far = costs((1, 30.0), (32, 526.0))  # past one token, each costs 16 ms up to 32 tokens
+    assert slow_so_far.estimate(64) == pytest.approx(30.0 * (1 + 63 * UNMEASURED_TOKEN_SHARE))  # 64 may be cheaper
+    table.record(16, 180.0)
+    assert table.estimate(16) == pytest.approx(280.0 - WEIGHT * 100.0)  # a running cost: one step moves it part way
+
+
+# Measured on a 2-core CPU (SmolLM2 Q4_1): a token costs 30 ms alone, 16-20 ms in a step of 2-63 tokens and 7 ms
+# from 64 on. A GPU computes dozens of tokens in the time of one.
+CPU_COSTS = (
+    (1, 30.0), (2, 48.0), (4, 74.0), (8, 152.0), (16, 279.0), (32, 526.0), (48, 880.0), (63, 1273.0), (64, 474.0),
+    (128, 876.0),
+)  # fmt: skip
+GPU_COSTS = ((1, 10.0), (2, 10.2), (4, 10.4), (8, 10.8), (16, 11.6), (32, 13.0), (64, 16.0))
+
+
+def test_a_draft_is_cut_to_the_length_the_step_costs_say_pays() -> None:
+    proposal = Fixed(range(1000, 1100))
+
+    def drafting(table: tuple[tuple[int, float], ...], kept: float = 0.0) -> Speculation:
+        return Speculation(proposal, draft_max=64, costs=costs(*table), kept=kept)
+
+    copying = 400.0  # drafted tokens lately kept, none missed: a text being copied
+    assert len(drafting(CPU_COSTS, copying).draft(room=100)) == 64  # a step of 65, where a token costs 7 ms
+    assert len(drafting(CPU_COSTS, copying).draft(room=56)) == 31  # a step of 57 would cost 20 ms a token
+    assert len(drafting(CPU_COSTS, copying).draft(room=56, width=8)) == 56  # beside 7 others: a step of 64
+    assert drafting(CPU_COSTS).draft(room=100) == [1000, 1001, 1002]  # the first guess, 3/4 kept: a cheap step of 4
+    assert len(drafting(GPU_COSTS).draft(room=100)) == 15  # wide steps cost little more: longer at the same guess
+    unmeasured = Speculation(proposal, draft_max=64, costs=StepCosts())
+    assert unmeasured.draft(room=100) == [] and unmeasured.shadow  # no step timed yet: scored, not fed
+
+
 def test_drafts_that_are_mostly_rejected_stop_being_fed_until_shadow_drafts_would_have_been_kept() -> None:
-    spec = Speculation(Fixed([7, 7, 7, 7]), draft_max=4, n_draft=4)
+    spec = Speculation(Fixed([7] * 100), draft_max=64, costs=costs(*CPU_COSTS))
     fed = 0
-    while spec.rate >= MIN_RATE:  # every draft rejected at its first token
-        draft = spec.draft(room=100)
-        assert draft and set(draft) == {7}
+    while draft := spec.draft(room=100):  # every draft rejected at its first token
+        assert set(draft) == {7}
         fed += len(draft)
         spec.verified(draft, 0, [5])
-    assert fed >= 4 and (spec.proposed, spec.accepted) == (fed, 0)
-    assert spec.draft(room=100) == [] and spec.shadow  # no longer fed: scored against what comes
+        assert fed < 20
+    assert fed >= 3 and (spec.proposed, spec.accepted) == (fed, 0)
+    assert spec.shadow and len(spec.shadow) == SHADOW_MAX  # no longer fed: scored against what comes
     spec.verified([], 0, [5])  # the shadow's first token was wrong
-    assert spec.rate < MIN_RATE
     rounds = 0
-    while spec.rate < MIN_RATE:  # the text now repeats what is proposed: every shadow would have been kept
-        assert spec.draft(room=100) == [] and spec.shadow
+    while not (draft := spec.draft(room=100)):  # the text now repeats what is proposed: every shadow is kept
+        assert spec.shadow
         spec.verified([], 0, list(spec.shadow))
         rounds += 1
         assert rounds < 10
-    assert spec.draft(room=100) == [7] * spec.n_draft and spec.n_draft > 1  # fed again, as long as shadows grew
     assert (spec.proposed, spec.accepted) == (fed, 0)  # shadows are not counted as drafted
+    for _ in range(20):  # fed again, and longer while every draft is kept
+        spec.verified(draft, len(draft), [*draft, 7])
+        draft = spec.draft(room=100)
+    assert len(draft) >= 63  # a step of 64 or more, where a token costs 7 ms
 
 
 # --- the real step loop -----------------------------------------------------------------------------------------

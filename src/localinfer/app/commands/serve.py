@@ -94,7 +94,7 @@ def add_parser(subparsers: Any) -> None:
         help="a draft model for speculative decoding: a small GGUF of the served model's family, by path or name "
         "(Qwen2.5-0.5B for Qwen2.5-7B); it turns --spec draft on",
     )
-    p.add_argument("--draft-max", type=int, metavar="N", help="most tokens one draft proposes (default 16)")
+    p.add_argument("--draft-max", type=int, metavar="N", help="most tokens one draft proposes (default 64)")
     p.add_argument("--draft-min", type=int, metavar="N", help="a shorter draft is not verified (default 0)")
     p.add_argument(
         "--max-loaded",

@@ -49,18 +49,24 @@ def drafting(
     source: PromptDraftFactory,
     draft_model: DraftModel | None,
     slots: int | None = None,
+    weigh_costs: bool = True,
 ) -> Drafting | None:
-    """How the step loop speculates for ``spec`` on ``model``: with ``draft_model`` when there is one, else with
-    drafts from ``source``, while at most ``slots`` slots generate (None: CPU_DRAFTING_SLOTS on a CPU, all of
-    them on a GPU); not at all when speculation is off."""
+    """How the step loop speculates for ``spec`` on ``model``: with ``draft_model`` when there is one (fed whole),
+    else with drafts from ``source`` (cut to what pays, unless not ``weigh_costs``), while at most ``slots`` slots
+    generate (None: CPU_DRAFTING_SLOTS on a CPU, all of them on a GPU); not at all when speculation is off."""
     if spec.speculation == "off" or spec.draft_max <= 0:
         return None
     if slots is None:
         slots = model.n_seq_max if model.gpu_layers > 0 else min(CPU_DRAFTING_SLOTS, model.n_seq_max)
-    bounds = {"draft_max": spec.draft_max, "draft_min": spec.draft_min, "max_generating": slots}
-    if draft_model is not None:  # each proposal costs draft steps: fed whatever the share kept (its p_min cuts them)
-        return Drafting(draft_model.source, min_rate=0.0, **bounds)
-    return Drafting(lambda prompt, _seq_id: source(prompt), **bounds)
+    if draft_model is not None:  # each proposal costs draft steps: fed whole (its p_min cuts them)
+        return Drafting(draft_model.source, spec.draft_max, spec.draft_min, weigh_costs=False, max_generating=slots)
+    return Drafting(
+        lambda prompt, _seq_id: source(prompt),
+        spec.draft_max,
+        spec.draft_min,
+        weigh_costs=weigh_costs,
+        max_generating=slots,
+    )
 
 
 class LlamaCppBackend(Backend):
@@ -77,12 +83,20 @@ class LlamaCppBackend(Backend):
         rerank=True,
     )
 
-    def __init__(self, *, draft_source: PromptDraftFactory = NgramDraft, drafting_slots: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        draft_source: PromptDraftFactory = NgramDraft,
+        drafting_slots: int | None = None,
+        weigh_costs: bool = True,
+    ) -> None:
         """``draft_source`` makes each request's speculative drafts without a draft model (prompt lookup; tests
         give others); drafts are fed while at most ``drafting_slots`` slots generate (None: as the device suits,
-        ``drafting``)."""
+        ``drafting``), cut to the length the measured step costs say pays unless ``weigh_costs`` is false (then
+        fed whole, as a draft model's are: tests that need drafts verified inside a wide batch on a CPU)."""
         self._draft_source = draft_source
         self._drafting_slots = drafting_slots
+        self._weigh_costs = weigh_costs
         self._model: LlamaModel | None = None
         self._draft_model: DraftModel | None = None
         self._loop: StepLoop | None = None
@@ -104,7 +118,7 @@ class LlamaCppBackend(Backend):
         self._longest_token = await asyncio.to_thread(model.longest_token)
         self._model = model
         self._constraints = ConstraintCompiler(model.vocab)
-        how = drafting(spec, model, self._draft_source, self._draft_model, self._drafting_slots)
+        how = drafting(spec, model, self._draft_source, self._draft_model, self._drafting_slots, self._weigh_costs)
         self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=how)
         self._loop.start()
 

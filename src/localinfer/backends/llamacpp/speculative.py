@@ -9,7 +9,8 @@ case of rejection sampling: accept it exactly when the sample equals it).
 *Prompt lookup* (``NgramDraft``) needs no second model: the last few tokens of the text so far are looked up in
 the prompt and what was generated, and the tokens that followed their latest earlier occurrence are the draft.
 It pays when the reply repeats what the prompt says (an edited file, a quoted answer) and costs little elsewhere:
-only a match proposes anything, and the draft length follows the acceptance rate. A *draft model*
+only a match proposes anything, and a draft is fed only as far as the tokens it is expected to add are worth more
+than what it adds to the step (step_costs.py). A *draft model*
 (draft_model.py) guesses from a small model of the same vocabulary instead, and pays on free text too when it
 often agrees with the target.
 """
@@ -20,12 +21,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from localinfer.backends.llamacpp.step_costs import StepCosts
+
 # n-gram lengths looked up, longest first: a longer match predicts better. Three tokens match too often in free
 # text, where the draft is then mostly wrong and costs a wider batch.
 LOOKUP_SIZES = (6, 4)
-FIRST_DRAFT = 8  # a request's first draft; it doubles while drafts are kept
-MIN_RATE = 0.75  # drafts are fed while at least this share of their tokens is kept
-RATE_WEIGHT = 0.3  # of the latest draft in the running share
+# A draft reaches twice as far past the match as the text before it goes on matching (NgramDraft._reach), looked at
+# up to MATCH_CHECKED tokens back, and at least SHORT_REACH tokens.
+MATCH_CHECKED = 32
+SHORT_REACH = 8
+FIRST_DRAFT = 8  # a draft model's first draft; it doubles while drafts are kept
+# The running chance that a drafted token is kept (Speculation.keep_rate): a first guess of 3/4 worth two tokens,
+# and counts of drafted tokens judged in which each weighs RATE_DECAY of the one after it (about the last 50).
+PRIOR_KEPT, PRIOR_MISSED = 1.5, 0.5
+RATE_DECAY = 0.98
+SHADOW_MAX = 16  # a proposal not fed is scored on its first tokens only, so the rate follows the text soon
 
 
 class DraftSource(Protocol):
@@ -70,46 +80,108 @@ class NgramDraft:
                 continue
             start = follows.get(tuple(text[-n:]))
             if start is not None:
-                return text[start : start + n_max]
+                draft = text[start : start + min(n_max, self._reach(start, n))]
+                period = len(text) - start
+                while len(draft) < min(n_max, self._reach(start, n)):  # past the end: a repeat goes on repeating
+                    draft.append(draft[-period])
+                return draft
         return []
+
+    def _reach(self, start: int, n: int) -> int:
+        """How far past a match to draft: twice as far as the text before ``start`` goes on matching the end of
+        the text (an ``n``-gram at least, MATCH_CHECKED tokens at most), and never under SHORT_REACH. A reply
+        that has been copying for a while is likely to go on; one that shares a few words with the prompt is not."""
+        text = self._tokens
+        matched = n
+        while matched < MATCH_CHECKED and start - matched - 1 >= 0 and text[start - matched - 1] == text[-matched - 1]:
+            matched += 1
+        return max(SHORT_REACH, 2 * matched)
+
+
+def expected_kept(p: float, n: int) -> float:
+    """How many tokens of an ``n``-token draft are expected to be kept when each is kept with probability ``p``
+    once those before it were: p + p^2 + ... + p^n."""
+    return n if p >= 1.0 else p * (1.0 - p**n) / (1.0 - p)
+
+
+def candidate_lengths(width: int, n_max: int) -> list[int]:
+    """The draft lengths worth weighing for a step already ``width`` tokens wide: those that make the step a power
+    of two wide (where matrix kernels change: StepCosts), and the whole proposal."""
+    lengths = {n_max}
+    size = 2
+    while size - width <= n_max:
+        if size > width:
+            lengths.add(size - width)
+        size *= 2
+    return sorted(lengths)
 
 
 @dataclass
 class Speculation:
-    """One request's drafting: its source, how long a draft is now, and what was proposed and kept so far.
+    """One request's drafting: its source, how long a draft is, and what was proposed and kept so far.
 
-    The draft length doubles (up to ``draft_max``) when a whole draft was kept and falls to one more than what was
-    kept when it was not. Verifying a drafted token costs a share of a step (on a CPU, over half of one for some
-    quantizations), so drafts are fed only while most of their tokens are kept: ``rate``, a running share of drafted
-    tokens kept, must stay at ``MIN_RATE`` or above. Below it, proposals are still scored, for free, against the
-    tokens the model then generates (a *shadow* draft), so drafting resumes when the text starts repeating. A
-    proposal shorter than ``draft_min`` is dropped."""
+    With ``costs`` (prompt lookup, whose proposals cost nothing to make), each draft is cut to the length that
+    gives the most tokens per millisecond of step: the tokens expected kept, at the running rate ``keep_rate``,
+    against what StepCosts says a step that wide takes. When no length beats a step without a draft, the proposal
+    is not fed but scored, for free, against the tokens the model then generates (a *shadow* draft), so the rate
+    keeps following the text and drafting resumes when it starts repeating.
+
+    Without ``costs`` (a draft model, whose proposals already cost its own steps and stop where it is unsure),
+    every proposal is fed; the length asked doubles (up to ``draft_max``) when a whole draft was kept and falls to
+    one more than what was kept when it was not. A proposal shorter than ``draft_min`` is dropped either way."""
 
     source: DraftSource
     draft_max: int
     draft_min: int = 0
-    min_rate: float = MIN_RATE  # 0: every proposal is fed (a draft model's proposals cost its steps to make)
-    n_draft: int = 0  # the length asked of the source next; FIRST_DRAFT (or draft_max) at first
+    costs: StepCosts | None = None
+    n_draft: int = 0  # without costs, the length asked of the source next; FIRST_DRAFT (or draft_max) at first
     proposed: int = 0  # draft tokens fed to the model (llama-server's draft_n)
     accepted: int = 0  # of those, kept (draft_n_accepted)
-    rate: float = 1.0  # running share of drafted tokens kept, fed or shadow
+    kept: float = 0.0  # drafted tokens kept, fed or shadow, each weighed down by RATE_DECAY per later one judged
+    missed: float = 0.0  # drafted tokens the model did not pick (one a draft at most), weighed the same way
     shadow: list[int] = field(default_factory=list)  # a proposal not fed, checked against what comes
     shadow_matched: int = 0
 
     def __post_init__(self) -> None:
         self.n_draft = self.n_draft or min(self.draft_max, FIRST_DRAFT)
 
-    def draft(self, room: int) -> list[int]:
-        """The next draft, at most ``room`` tokens (what the context and the request's token limit leave)."""
+    @property
+    def keep_rate(self) -> float:
+        """The chance that a drafted token is kept once those before it were (PRIOR_KEPT and PRIOR_MISSED are a
+        first guess of 3/4, worth two tokens)."""
+        return (self.kept + PRIOR_KEPT) / (self.kept + self.missed + PRIOR_KEPT + PRIOR_MISSED)
+
+    def draft(self, room: int, width: int = 1) -> list[int]:
+        """The next draft, at most ``room`` tokens (what the batch, the context and the request's token limit
+        leave), for a step already ``width`` tokens wide with this slot's next token."""
         if self.shadow:
             return []  # the last proposal is still being scored
-        tokens = self.source.propose(min(self.n_draft, room))
+        tokens = self.source.propose(min(self.draft_max if self.costs is not None else self.n_draft, room))
         if len(tokens) < max(self.draft_min, 1):
             return []
-        if self.rate < self.min_rate:
-            self.shadow, self.shadow_matched = tokens, 0
-            return []
-        return tokens
+        if self.costs is None:
+            return tokens
+        n = self._paying_length(self.costs, width, len(tokens))
+        if n == 0:
+            self.shadow, self.shadow_matched = tokens[:SHADOW_MAX], 0
+        return tokens[:n]
+
+    def _paying_length(self, costs: StepCosts, width: int, n_max: int) -> int:
+        """The draft length, up to ``n_max``, with the most tokens expected per ms of step; 0 when a step without
+        a draft gives more (or nothing is measured yet)."""
+        plain = costs.estimate(width)
+        if plain is None:
+            return 0
+        p = self.keep_rate
+        best_n, best = 0, width / plain
+        for n in candidate_lengths(width, n_max):
+            ms = costs.estimate(width + n)
+            if n < self.draft_min or ms is None:
+                continue
+            value = (width + expected_kept(p, n)) / ms
+            if value > best:
+                best_n, best = n, value
+        return best_n
 
     def verified(self, fed: Sequence[int], n_accepted: int, kept: Sequence[int]) -> None:
         """``fed`` draft tokens went into a step and ``n_accepted`` of them were kept; ``kept`` (the tokens that
@@ -137,4 +209,7 @@ class Speculation:
     def _scored(self, n_drafted: int, n_kept: int) -> None:
         full = n_kept == n_drafted
         self.n_draft = min(self.draft_max, self.n_draft * 2) if full else max(1, n_kept + 1)
-        self.rate += RATE_WEIGHT * (n_kept / n_drafted - self.rate)
+        judged = n_kept if full else n_kept + 1  # the tokens after a rejected one say nothing
+        fade = RATE_DECAY**judged
+        self.kept = fade * self.kept + n_kept
+        self.missed = fade * self.missed + (0 if full else 1)

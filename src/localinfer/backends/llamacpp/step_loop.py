@@ -26,7 +26,8 @@ from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.logprobs import token_logprob
 from localinfer.backends.llamacpp.model import LlamaModel
-from localinfer.backends.llamacpp.speculative import MIN_RATE, DraftFactory, Speculation
+from localinfer.backends.llamacpp.speculative import DraftFactory, Speculation
+from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.errors import GenerationFailed
 from localinfer.types import FinishReason
 
@@ -43,8 +44,9 @@ MIN_SHARED_PREFIX = 256
 @dataclass(frozen=True)
 class Drafting:
     """How the loop speculates: each request's draft source, made from its prompt and its slot, the draft's
-    bounds, the share of drafted tokens kept below which drafts stop being fed (Speculation.min_rate), and how many
-    slots may be generating for drafts to be fed at all (``max_generating``).
+    bounds, whether each draft is cut to the length the step costs say pays (``weigh_costs``: proposals that cost
+    nothing to make) or fed whole (a draft model's), and how many slots may be generating for drafts to be fed at
+    all (``max_generating``).
 
     A drafted token costs a place in the batch whether it is kept or not. When the batch is already wide enough
     for its cost to grow with every token (a CPU past one token: CPU_DRAFTING_SLOTS), a draft pays only if it is
@@ -53,7 +55,7 @@ class Drafting:
     source: DraftFactory
     draft_max: int
     draft_min: int
-    min_rate: float = MIN_RATE
+    weigh_costs: bool = True
     max_generating: int = 1
 
 
@@ -69,6 +71,7 @@ class StepLoop:
         self._ctx: lc.llama_context_p = model.ctx
         self._memory = lc.llama_get_memory(self._ctx)
         self._n_swa = model.n_swa
+        self._costs = StepCosts()  # what each width of a generating step takes here, for the drafts' lengths
         self.outbox = Outbox()
         self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
 
@@ -161,7 +164,10 @@ class StepLoop:
         if self._drafting is not None:  # made here, not at submit: a draft model drafts in the slot's sequence
             d = self._drafting
             job.speculation = Speculation(
-                d.source(job.prompt, slot.seq_id), draft_max=d.draft_max, draft_min=d.draft_min, min_rate=d.min_rate
+                d.source(job.prompt, slot.seq_id),
+                draft_max=d.draft_max,
+                draft_min=d.draft_min,
+                costs=self._costs if d.weigh_costs else None,
             )
 
     def _borrow_prefix(self, slot: Slot, prompt: list[int], reuse: int) -> int:
@@ -212,7 +218,7 @@ class StepLoop:
         drafting = self._drafting is not None and len(generating) <= self._drafting.max_generating
         for slot in generating:  # one token each, and a draft of the tokens after it where one is guessed
             assert slot.next_token is not None and slot.job is not None
-            slot.draft = self._draft(slot, slot.job, self._capacity - n - 1) if drafting else []
+            slot.draft = self._draft(slot.job, len(slot.cached), n + 1, self._capacity - n - 1) if drafting else []
             tokens = [slot.next_token, *slot.draft]
             for i, token in enumerate(tokens):
                 self._add(n + i, token, len(slot.cached) + i, slot.seq_id, True)
@@ -240,10 +246,13 @@ class StepLoop:
             budget -= len(take)
             fed.append((slot, take))
         self._batch.n_tokens = n
+        started = time.perf_counter()
         rc = lc.llama_decode(self._ctx, self._batch)
         if rc != 0:
             self._decode_failed(rc, fed)
             return
+        if len(fed) == len(generating):  # no prompt chunk: every token had logits, as drafted ones do
+            self._costs.record(n, (time.perf_counter() - started) * 1000.0)
         for slot, tokens in fed:
             slot.cached.extend(tokens)
             if self._n_swa and slot.job is not None and slot.next_token is None and not slot.to_prefill:
@@ -260,15 +269,16 @@ class StepLoop:
         batch.seq_id[i][0] = seq_id
         batch.logits[i] = logits
 
-    def _draft(self, slot: Slot, job: Job, room: int) -> list[int]:
-        """The draft to verify after the slot's next token: none without speculation, and never more than the
-        batch, the context and the request's token limit leave room for."""
+    def _draft(self, job: Job, n_cached: int, width: int, room: int) -> list[int]:
+        """The draft to verify after a slot's next token, in a step ``width`` tokens wide with that token: none
+        without speculation, and never more than the batch, the context (``n_cached`` tokens in it) and the
+        request's token limit leave room for."""
         if job.speculation is None:
             return []
-        room = min(room, self._model.n_ctx - len(slot.cached) - 2)
+        room = min(room, self._model.n_ctx - n_cached - 2)
         if job.max_tokens is not None:
             room = min(room, job.max_tokens - job.generated - 1)
-        return job.speculation.draft(room) if room > 0 else []
+        return job.speculation.draft(room, width) if room > 0 else []
 
     def _sample(self, slot: Slot, job: Job) -> None:
         """Sample at the slot's next token and go on through its draft while the sampler picks the drafted token;
