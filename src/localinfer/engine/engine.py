@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import aclosing, asynccontextmanager
+from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -43,13 +43,14 @@ from localinfer.backends.registry import (
 from localinfer.config import Settings
 from localinfer.engine.infill import infill_tokens
 from localinfer.engine.inflight import InFlight
-from localinfer.engine.memory import RAM, MachineMemory, plan_need
+from localinfer.engine.memory import RAM, MachineMemory, plan_need, with_draft
 from localinfer.engine.metrics import EngineMetrics
 from localinfer.engine.profiles import model_profile, trained_context
 from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
 from localinfer.engine.templates import ChatTemplate
 from localinfer.engine.tools import read_tool_calls, required_call
 from localinfer.errors import InvalidRequest, LocalInferError, ModelLoadError, ModelNotReady, ServerShuttingDown
+from localinfer.hardware.model_profile import from_path
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.store import Manifest, ModelSource
@@ -180,14 +181,18 @@ class Engine:
 
     def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:
         """What ``manifest`` loaded with a context of ``ctx_size`` takes, per device: the planner's estimate, or
-        its file's size where there is no plan."""
+        its file's size where there is no plan; with the draft model's weights and KV cache when it drafts."""
+        chosen = None
         if self._hardware is not None and manifest.format in PLANNED_FORMATS:
             overrides = self._overrides((self._settings.ctx_size if ctx_size is None else ctx_size) or None)
-            try:
-                return plan_need(plan(self._hardware, model_profile(manifest), overrides))
-            except LocalInferError:
-                pass
-        return {RAM: manifest.size}
+            with suppress(LocalInferError):  # no plan: the file's size
+                chosen = plan(self._hardware, model_profile(manifest), overrides)
+        need = plan_need(chosen) if chosen is not None else {RAM: manifest.size}
+        try:
+            draft = self._draft_path() if manifest.format == "gguf" else None
+            return with_draft(need, from_path(draft), chosen) if draft is not None else need
+        except LocalInferError:  # serve checked the draft at start: this is a model since removed
+            return need
 
     def check_plan(self, manifest: Manifest) -> None:
         """Plan ``manifest``'s load now, and let its backend check what it can without loading, so that a model

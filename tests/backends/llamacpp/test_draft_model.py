@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,6 +25,7 @@ from localinfer.backends.llamacpp.draft_model import DraftModel
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.config import Settings
 from localinfer.errors import ModelLoadError
+from localinfer.hardware.model_profile import from_path
 from localinfer.models.store import Manifest
 from localinfer.types import GenerationOptions, SamplingParams
 from tests.app.server.conftest import Server, serving
@@ -189,6 +191,27 @@ def test_serve_with_draft_answers_and_reports_the_drafts(draft_server: Server) -
     assert answer["content"].strip()
     timings = answer["timings"]
     assert timings["draft_n"] > 0 and timings["draft_n_accepted"] == timings["draft_n"], timings
+
+
+def loaded_model(server: Server) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The served model as /api/ps and as localinfer's own status describe it."""
+    [ps] = httpx.get(f"{server.url}/api/ps", timeout=30).json()["models"]
+    [status] = httpx.get(f"{server.url}/api/localinfer/status", timeout=30).json()["loaded"]
+    return ps, status
+
+
+def test_api_ps_and_the_memory_estimate_count_the_draft_model(
+    draft_server: Server, smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    extra = ("--parallel", "1", "--ctx-size", "2048")
+    with serving(smollm2.name, test_home, tmp_path_factory.mktemp("no-draft"), *extra) as plain:
+        alone_ps, alone = loaded_model(plain)
+    with_draft_ps, with_draft = loaded_model(draft_server)
+    assert with_draft_ps["size"] == 2 * alone_ps["size"] > 0  # the draft's weights beside the model's (the same)
+    # and, in what the scheduler counts before loading another model, its KV cache: one slot of 2048 f16 tokens
+    draft = from_path(smollm2.path)
+    assert draft.kv_bytes_per_token
+    assert with_draft["memory_bytes"] - alone["memory_bytes"] == draft.size_bytes + 2048 * draft.kv_bytes_per_token
 
 
 def cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -115,6 +116,10 @@ class LlamaCppBackend(Backend):
                 model.free()
                 raise
         self._facts = model.facts()
+        if self._draft_model is not None:  # its weights are loaded for this model: /api/ps counts them
+            self._facts = dataclasses.replace(
+                self._facts, model_bytes=self._facts.model_bytes + self._draft_model.model_bytes
+            )
         self._longest_token = await asyncio.to_thread(model.longest_token)
         self._model = model
         self._constraints = ConstraintCompiler(model.vocab)

@@ -87,6 +87,11 @@ class DraftModel:
         if problem is not None:
             raise _cannot_draft(spec, problem)
 
+    @property
+    def model_bytes(self) -> int:
+        """Its weights' size, counted with the served model's in what the backend reports."""
+        return int(lc.llama_model_size(self._model.model))
+
     def source(self, prompt: Sequence[int], seq_id: int) -> ModelDraft:
         """A request's draft source: the draft model continuing its text in sequence ``seq_id``."""
         return ModelDraft(self, prompt, seq_id)
