@@ -252,6 +252,7 @@ class StepLoop:
             self._decode_failed(rc, fed)
             return
         if len(fed) == len(generating):  # no prompt chunk: every token had logits, as drafted ones do
+            lc.llama_synchronize(self._ctx)  # a GPU computes after llama_decode returns: wait, to time all of it
             self._costs.record(n, (time.perf_counter() - started) * 1000.0)
         for slot, tokens in fed:
             slot.cached.extend(tokens)
