@@ -14,6 +14,7 @@ from localinfer.hardware.profile import (
     HardwareProfile,
     MemoryInfo,
 )
+from localinfer.models.metadata import read_gguf_info
 from localinfer.models.store import Manifest
 from tests.app.test_cli import localinfer  # the real command in a child process, with its own home
 
@@ -121,6 +122,19 @@ def test_hw_plan_json_carries_the_overrides(tmp_path: Path, smollm2: Manifest) -
     planned = json.loads(result.stdout)["plan"]
     assert (planned["backend"], planned["ctx_size"], planned["parallel"]) == ("llamacpp", 2048, 2)
     assert "context 2048 tokens, as asked" in planned["reasons"]
+
+
+def test_hw_plan_counts_a_draft_model_beside_the_model(tmp_path: Path, smollm2: Manifest) -> None:
+    args = ("hw", "--json", "--plan", str(smollm2.path), "--ctx", "2048", "--parallel", "1")
+    alone = json.loads(localinfer(*args, home=tmp_path).stdout)["plan"]
+    result = localinfer(*args, "--draft", str(smollm2.path), home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    both = json.loads(result.stdout)["plan"]
+    assert both["draft"] == str(smollm2.path) and alone["draft"] is None
+    info = read_gguf_info(smollm2.path)  # the draft's weights, and its f16 keys and values for 2048 tokens
+    assert info.block_count and info.head_count_kv and info.embedding_length and info.head_count
+    kv = info.block_count * info.head_count_kv * 2 * (info.embedding_length // info.head_count) * 2 * 2048
+    assert both["memory_bytes"] - alone["memory_bytes"] == smollm2.size + kv
 
 
 def test_hw_plan_refuses_what_cannot_run_here_in_one_line(tmp_path: Path, smollm2: Manifest) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localinfer.hardware.model_profile import ModelProfile
+from localinfer.hardware.model_profile import ModelProfile, with_draft
 from localinfer.hardware.plan import CPU_COMPUTE_RESERVE, Overrides, PlanError, fits_in, plan
 from tests.hardware.profiles import GB, HARDWARE, MODELS
 
@@ -159,6 +159,20 @@ def test_a_context_that_does_not_fit_even_in_q8_0_shrinks_until_it_does() -> Non
     assert chosen.fits
     assert (chosen.cache_type_k, chosen.ctx_size) == ("q8_0", 2048)
     assert "context 2048 tokens: a longer one would not fit in memory" in chosen.reasons
+
+
+def test_a_draft_model_is_planned_beside_the_model_it_drafts_for() -> None:
+    model = MODELS["Llama 3.1 8B Q4_K_M"]
+    draft = ModelProfile("llama3.2:1b", "gguf", int(1.32 * GB), 16, 131072, 16 * 8 * 64 * 2 * 2, "Q8_0")
+    pair = with_draft(model, draft)
+    laptop = HARDWARE["laptop without GPU"]
+    alone, both = plan(laptop, model), plan(laptop, pair)
+    assert (both.ctx_size, both.parallel) == (alone.ctx_size, alone.parallel) == (8192, 1)
+    # its weights, and a KV cache as long as the model's in each slot
+    assert both.memory_bytes - alone.memory_bytes == draft.size_bytes + 16 * 8 * 64 * 2 * 2 * 8192
+    gpu = HARDWARE["RTX 3060 12 GB"]
+    assert plan(gpu, model).gpu_layers == 33
+    assert plan(gpu, pair).gpu_layers == 31  # the two do not both fit on the GPU whole
 
 
 def test_the_kv_cache_types_asked_for_win_and_a_model_that_fits_keeps_f16() -> None:

@@ -43,14 +43,14 @@ from localinfer.backends.registry import (
 from localinfer.config import Settings
 from localinfer.engine.infill import infill_tokens
 from localinfer.engine.inflight import InFlight
-from localinfer.engine.memory import RAM, MachineMemory, plan_need, with_draft
+from localinfer.engine.memory import RAM, MachineMemory, plan_need
 from localinfer.engine.metrics import EngineMetrics
 from localinfer.engine.profiles import model_profile, trained_context
 from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
 from localinfer.engine.templates import ChatTemplate
 from localinfer.engine.tools import read_tool_calls, required_call
 from localinfer.errors import InvalidRequest, LocalInferError, ModelLoadError, ModelNotReady, ServerShuttingDown
-from localinfer.hardware.model_profile import from_path
+from localinfer.hardware.model_profile import ModelProfile, from_path, with_draft
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.store import Manifest, ModelSource
@@ -134,7 +134,7 @@ class Engine:
         if self._hardware is None or manifest.format not in PLANNED_FORMATS:
             return spec
         try:
-            chosen = plan(self._hardware, model_profile(manifest), self._overrides(spec.ctx_size or None))
+            chosen = plan(self._hardware, self._profile(manifest), self._overrides(spec.ctx_size or None))
         except PlanError as exc:
             if manifest.format in RELAYED_FORMATS:  # its engine cannot run here: starting it would only fail later
                 raise ModelLoadError(exc.message, hint=exc.hint) from exc
@@ -182,17 +182,25 @@ class Engine:
     def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:
         """What ``manifest`` loaded with a context of ``ctx_size`` takes, per device: the planner's estimate, or
         its file's size where there is no plan; with the draft model's weights and KV cache when it drafts."""
-        chosen = None
         if self._hardware is not None and manifest.format in PLANNED_FORMATS:
             overrides = self._overrides((self._settings.ctx_size if ctx_size is None else ctx_size) or None)
-            with suppress(LocalInferError):  # no plan: the file's size
-                chosen = plan(self._hardware, model_profile(manifest), overrides)
-        need = plan_need(chosen) if chosen is not None else {RAM: manifest.size}
-        try:
-            draft = self._draft_path() if manifest.format == "gguf" else None
-            return with_draft(need, from_path(draft), chosen) if draft is not None else need
-        except LocalInferError:  # serve checked the draft at start: this is a model since removed
-            return need
+            with suppress(LocalInferError):  # no plan: the files' size
+                return plan_need(plan(self._hardware, self._profile(manifest), overrides))
+        draft_bytes = 0
+        with suppress(LocalInferError, OSError):  # serve checked the draft at start: this one was removed since
+            draft = self._draft_for(manifest)
+            draft_bytes = draft.stat().st_size if draft is not None else 0
+        return {RAM: manifest.size + draft_bytes}
+
+    def _profile(self, manifest: Manifest) -> ModelProfile:
+        """What the planner reads of ``manifest``, with its draft model beside it when one drafts for it."""
+        profile = model_profile(manifest)
+        draft = self._draft_for(manifest)
+        return with_draft(profile, from_path(draft)) if draft is not None else profile
+
+    def _draft_for(self, manifest: Manifest) -> Path | None:
+        """The draft model's file when ``manifest`` speculates with one (GGUF models, served by llama.cpp)."""
+        return self._draft_path() if manifest.format == "gguf" else None
 
     def check_plan(self, manifest: Manifest) -> None:
         """Plan ``manifest``'s load now, and let its backend check what it can without loading, so that a model

@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from localinfer.hardware.memory import detect_memory
-from localinfer.hardware.model_profile import ModelProfile
 from localinfer.hardware.plan import Plan
 from localinfer.hardware.profile import HardwareProfile
-from localinfer.types import kv_cache_scale
 
 RAM = "ram"
 
@@ -23,18 +21,6 @@ def plan_need(chosen: Plan) -> dict[str, int]:
     left in RAM are mapped from the file and cost little), in RAM otherwise."""
     on_gpu = chosen.gpu_layers > 0 and chosen.device not in ("cpu", "")
     return {chosen.device if on_gpu else RAM: chosen.memory_bytes}
-
-
-def with_draft(need: Mapping[str, int], draft: ModelProfile, chosen: Plan | None) -> dict[str, int]:
-    """``need`` with a draft model beside the served one (DraftModel.load): its weights and, for each slot, a KV
-    cache as long as the served model's, in the same types, on the device the served model takes (its file's size
-    alone without a plan)."""
-    extra = draft.size_bytes
-    if chosen is not None:
-        kv_token = int((draft.kv_bytes_per_token or 0) * kv_cache_scale(chosen.cache_type_k, chosen.cache_type_v))
-        extra += kv_token * chosen.ctx_size * chosen.parallel
-    device = next(iter(need), RAM)
-    return {**need, device: need.get(device, 0) + extra}
 
 
 def _free_ram() -> int:

@@ -3,7 +3,7 @@ trained context and the key/value cache a token takes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -36,6 +36,16 @@ class ModelProfile:
     @property
     def kv_bytes_per_token_per_layer(self) -> int:
         return (self.kv_bytes_per_token or 0) // (self.n_layers or 1)
+
+
+def with_draft(model: ModelProfile, draft: ModelProfile) -> ModelProfile:
+    """``model`` and the draft model that drafts for it, as the planner sees the two together: the draft's weights
+    beside the model's, and its KV cache beside the model's in every slot, as long (DraftModel.load). Layers stay
+    the model's, so a GPU layer is counted with its share of both."""
+    kv = None
+    if model.kv_bytes_per_token is not None or draft.kv_bytes_per_token is not None:
+        kv = (model.kv_bytes_per_token or 0) + (draft.kv_bytes_per_token or 0)
+    return replace(model, size_bytes=model.size_bytes + draft.size_bytes, kv_bytes_per_token=kv)
 
 
 def _kv_bytes(layers: int | None, kv_heads: int | None, key: int | None, value: int | None) -> int | None:

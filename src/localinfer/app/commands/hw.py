@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.render import row, section
 from localinfer.errors import ConfigError
-from localinfer.hardware.model_profile import from_gguf, from_path
+from localinfer.hardware.model_profile import from_gguf, from_path, with_draft
 from localinfer.hardware.plan import BACKENDS, Overrides, plan
 from localinfer.hardware.profile import GiB
 from localinfer.types import kv_cache_type
@@ -45,6 +45,9 @@ def add_parser(subparsers: Any) -> None:
     plan.add_argument(
         "--plan", metavar="MODEL", help="also show how MODEL (a name, .gguf path or model folder) would run"
     )
+    plan.add_argument(
+        "--draft", metavar="MODEL", help="with --plan: a draft model for it (serve --draft), planned beside it"
+    )
     plan.add_argument("--backend", choices=BACKENDS, help="with --plan: the backend to use instead of the planned one")
     plan.add_argument("--gpu-layers", type=int, help="with --plan: layers on the GPU (-1: all)")
     plan.add_argument("--ctx", type=int, help="with --plan: the context length in tokens")
@@ -59,10 +62,18 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Detect the hardware and print it (detection reports failures as notes, never raises), and with ``--plan``
     how a model would run here; a model that cannot run here is a PlanError (one line and a hint)."""
-    planning = (args.backend, args.gpu_layers, args.ctx, args.parallel, args.cache_type_k, args.cache_type_v)
+    planning = (
+        args.draft,
+        args.backend,
+        args.gpu_layers,
+        args.ctx,
+        args.parallel,
+        args.cache_type_k,
+        args.cache_type_v,
+    )
     if args.plan is None and any(value is not None for value in planning):
         raise ConfigError(
-            "--backend, --gpu-layers, --ctx, --parallel and --cache-type-k/-v go with --plan MODEL",
+            "--draft, --backend, --gpu-layers, --ctx, --parallel and --cache-type-k/-v go with --plan MODEL",
             hint="add --plan MODEL",
         )
     from localinfer.hardware.detect import detect  # it probes llama.cpp and ONNX Runtime
@@ -71,7 +82,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     profile = detect(timeout=args.timeout)
     chosen = None
     if args.plan is not None:
-        model = model_profile(ModelLibrary.from_settings(settings), args.plan)
+        library = ModelLibrary.from_settings(settings)
+        model = model_profile(library, args.plan)
+        if args.draft is not None:
+            model = with_draft(model, model_profile(library, args.draft))
         overrides = Overrides(
             backend=args.backend,
             gpu_layers=args.gpu_layers,
@@ -84,13 +98,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         data: dict[str, Any] = profile.to_json()
         if chosen is not None:
-            data = {"hardware": data, "plan": dataclasses.asdict(chosen)}
+            data = {"hardware": data, "plan": dataclasses.asdict(chosen) | {"draft": args.draft}}
         print(json.dumps(data, indent=2))
     else:
         print(render_report(profile))
         if chosen is not None:
             print()
-            print(render_plan(args.plan, chosen))
+            print(render_plan(args.plan if args.draft is None else f"{args.plan} with the draft {args.draft}", chosen))
     return 0
 
 
