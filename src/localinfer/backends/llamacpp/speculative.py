@@ -80,22 +80,23 @@ class NgramDraft:
                 continue
             start = follows.get(tuple(text[-n:]))
             if start is not None:
-                draft = text[start : start + min(n_max, self._reach(start, n))]
+                reach = min(n_max, max(SHORT_REACH, 2 * self._matched(start, n)))
+                draft = text[start : start + reach]
                 period = len(text) - start
-                while len(draft) < min(n_max, self._reach(start, n)):  # past the end: a repeat goes on repeating
+                while len(draft) < reach:  # past the end of the text: a repeat goes on repeating
                     draft.append(draft[-period])
                 return draft
         return []
 
-    def _reach(self, start: int, n: int) -> int:
-        """How far past a match to draft: twice as far as the text before ``start`` goes on matching the end of
-        the text (an ``n``-gram at least, MATCH_CHECKED tokens at most), and never under SHORT_REACH. A reply
-        that has been copying for a while is likely to go on; one that shares a few words with the prompt is not."""
+    def _matched(self, start: int, n: int) -> int:
+        """How far the text before ``start`` goes on matching the end of the text: an ``n``-gram at least,
+        MATCH_CHECKED tokens at most. A draft reaches twice as far past the match (SHORT_REACH at least): a reply
+        that has been copying for a while is likely to go on, one that shares a few words with the prompt is not."""
         text = self._tokens
         matched = n
         while matched < MATCH_CHECKED and start - matched - 1 >= 0 and text[start - matched - 1] == text[-matched - 1]:
             matched += 1
-        return max(SHORT_REACH, 2 * matched)
+        return matched
 
 
 def expected_kept(p: float, n: int) -> float:
