@@ -146,7 +146,12 @@ class Settings(BaseSettings):
         description="The draft model of spec draft: a GGUF path or a model name, a small model of the served "
         "model's family (Qwen2.5-0.5B for Qwen2.5-7B); setting it turns spec draft on unless spec says otherwise.",
     )
-    draft_max: int = Field(64, ge=0, le=256, description="Most tokens one draft proposes (0: no speculation).")
+    draft_max: int = Field(
+        64,
+        ge=0,
+        le=256,
+        description="Most tokens one draft proposes (0: no speculation). Prompt lookup drafts 64 at most.",
+    )
     draft_min: int = Field(0, ge=0, le=256, description="A shorter draft is not verified.")
     engine_args: list[str] = Field(
         default_factory=list,

@@ -17,6 +17,7 @@ from localinfer.hardware.profile import (
 from localinfer.models.metadata import read_gguf_info
 from localinfer.models.store import Manifest
 from tests.app.test_cli import localinfer  # the real command in a child process, with its own home
+from tests.hf_folder import write_hf_folder
 
 
 def section(output: str, title: str) -> list[str]:
@@ -135,6 +136,16 @@ def test_hw_plan_counts_a_draft_model_beside_the_model(tmp_path: Path, smollm2: 
     assert info.block_count and info.head_count_kv and info.embedding_length and info.head_count
     kv = info.block_count * info.head_count_kv * 2 * (info.embedding_length // info.head_count) * 2 * 2048
     assert both["memory_bytes"] - alone["memory_bytes"] == smollm2.size + kv
+
+
+def test_hw_plan_refuses_a_draft_model_that_is_not_a_gguf_in_one_line(tmp_path: Path, smollm2: Manifest) -> None:
+    folder = write_hf_folder(tmp_path / "tiny-llama")  # a Hugging Face folder: vLLM's, which drafts its own way
+    result = localinfer("hw", "--plan", str(smollm2.path), "--draft", str(folder), home=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "localinfer: --draft plans a GGUF model with a GGUF draft model: llama.cpp is what drafts with one",
+        "hint: drop --draft, or name two GGUF models of one family",
+    ]
 
 
 def test_hw_plan_refuses_what_cannot_run_here_in_one_line(tmp_path: Path, smollm2: Manifest) -> None:

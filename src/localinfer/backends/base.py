@@ -107,7 +107,7 @@ class ModelFacts:
     n_slots: int = 1
     threads: int = 0  # CPU threads decoding
     gpu_layers: int = 0  # layers offloaded to a GPU (the output layer counts as one)
-    model_bytes: int = 0  # the weights' size in memory
+    model_bytes: int = 0  # the weights' size in memory (a draft model's included: llama.cpp)
     fim: FimTokens = FimTokens()  # none for backends that do not read them (ONNX, vLLM)
     bos_id: int = -1  # the BOS token's id, -1 when the model has none
     n_batch: int = 512  # tokens one decode takes at most (llama-server's --batch-size; sizes the FIM prompt)

@@ -181,7 +181,8 @@ class Engine:
 
     def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:
         """What ``manifest`` loaded with a context of ``ctx_size`` takes, per device: the planner's estimate, or
-        its file's size where there is no plan; with the draft model's weights and KV cache when it drafts."""
+        its file's size where there is no plan; with the draft model beside it when one drafts for it (its
+        weights and KV cache in the plan, its file's size without one)."""
         if self._hardware is not None and manifest.format in PLANNED_FORMATS:
             overrides = self._overrides((self._settings.ctx_size if ctx_size is None else ctx_size) or None)
             with suppress(LocalInferError):  # no plan: the files' size
@@ -193,10 +194,16 @@ class Engine:
         return {RAM: manifest.size + draft_bytes}
 
     def _profile(self, manifest: Manifest) -> ModelProfile:
-        """What the planner reads of ``manifest``, with its draft model beside it when one drafts for it."""
+        """What the planner reads of ``manifest``, with its draft model beside it when one drafts for it (the model
+        alone, with a warning, when the draft cannot be read: serve checked it at start, so it was removed since,
+        and the load will say so)."""
         profile = model_profile(manifest)
-        draft = self._draft_for(manifest)
-        return with_draft(profile, from_path(draft)) if draft is not None else profile
+        try:
+            draft = self._draft_for(manifest)
+            return with_draft(profile, from_path(draft)) if draft is not None else profile
+        except LocalInferError as exc:
+            log.warning("planning %s without its draft model: %s", manifest.name, exc.message)
+            return profile
 
     def _draft_for(self, manifest: Manifest) -> Path | None:
         """The draft model's file when ``manifest`` speculates with one (GGUF models, served by llama.cpp)."""

@@ -67,11 +67,19 @@ async def reply(backend: LlamaCppBackend, prompt: str, options: GenerationOption
     return text, timings
 
 
+class FixedCosts(StepCosts):
+    """Step costs that stay as given, so which drafts are fed does not depend on how fast this CPU is."""
+
+    def record(self, width: int, ms: float) -> None:
+        pass
+
+
 async def loaded(manifest: Manifest, *, parallel: int = 1, **spec: object) -> LlamaCppBackend:
-    """The model loaded with ``parallel`` slots, drafting for all of them at once, and with more than one slot
-    feeding every proposal whole (on a CPU it drafts only while one slot generates, and a step's cost grows with
-    each token past one, which would leave the batch tests without drafts)."""
-    backend = LlamaCppBackend(drafting_slots=parallel, weigh_costs=parallel == 1)
+    """The model loaded with ``parallel`` slots, drafting for all of them at once, with the step costs of a 2-core
+    CPU for one slot and of a GPU for more (on a CPU it drafts only while one slot generates, and a step's cost grows
+    with each token past one, which would leave the batch tests without drafts)."""
+    costs = FixedCosts(dict(CPU_COSTS if parallel == 1 else GPU_COSTS))
+    backend = LlamaCppBackend(drafting_slots=parallel, step_costs=costs)
     await backend.load(LoadSpec(path=manifest.path, ctx_size=2048, parallel=parallel, threads=2, **spec))  # type: ignore[arg-type]
     return backend
 
@@ -137,14 +145,12 @@ def test_without_step_costs_the_draft_grows_while_it_is_kept_and_shrinks_to_what
 
 
 def costs(*measured: tuple[int, float]) -> StepCosts:
-    table = StepCosts()
-    for width, ms in measured:
-        table.record(width, ms)
-    return table
+    return StepCosts(dict(measured))
 
 
 def test_step_costs_are_measured_interpolated_and_guessed_on_past_the_widest() -> None:
     assert StepCosts().estimate(1) is None  # nothing to go on before one step
+    assert costs((4, 80.0)).estimate(1) == 20.0  # below the narrowest measured: its cost per token
     table = costs((1, 30.0), (16, 280.0), (64, 470.0))
     assert table.estimate(16) == 280.0
     assert table.estimate(40) == pytest.approx(375.0)  # halfway from 16 to 64
@@ -154,6 +160,19 @@ def test_step_costs_are_measured_interpolated_and_guessed_on_past_the_widest() -
     assert slow_so_far.estimate(64) == pytest.approx(30.0 * (1 + 63 * UNMEASURED_TOKEN_SHARE))  # 64 may be cheaper
     table.record(16, 180.0)
     assert table.estimate(16) == pytest.approx(280.0 - WEIGHT * 100.0)  # a running cost: one step moves it part way
+
+
+def test_a_widths_first_step_counts_for_no_more_than_its_guess_and_the_second_replaces_it() -> None:
+    table = StepCosts()
+    table.record(1, 30.0)
+    guess = table.estimate(64)
+    assert guess == pytest.approx(30.0 * (1 + 63 * UNMEASURED_TOKEN_SHARE))
+    table.record(64, 900.0)  # the first step of 64 also built llama.cpp's graph for that shape
+    assert table.estimate(64) == guess  # so 64 is tried again...
+    table.record(64, 480.0)
+    assert table.estimate(64) == 480.0  # ...and its second step is what it costs
+    table.record(64, 400.0)
+    assert table.estimate(64) == pytest.approx(480.0 - WEIGHT * 80.0)
 
 
 # Measured on a 2-core CPU (SmolLM2 Q4_1): a token costs 30 ms alone, 16-20 ms in a step of 2-63 tokens and 7 ms
@@ -235,6 +254,19 @@ async def test_greedy_output_with_prompt_lookup_is_the_output_without_it(edit_ca
     assert timings.predicted_n == plain_timings.predicted_n
 
 
+@pytest.mark.model
+async def test_with_the_step_costs_it_measures_itself_the_backend_drafts_a_copy(smollm2: Manifest) -> None:
+    """The default backend times its own steps (the other tests fix the costs, so that what is drafted does not
+    depend on this CPU): a reply that copies the file still gets drafts verified several tokens a step."""
+    backend = LlamaCppBackend()
+    await backend.load(LoadSpec(path=smollm2.path, ctx_size=2048, parallel=1, threads=2))
+    try:
+        text, timings = await reply(backend, EDIT_CHAT, greedy(96))
+    finally:
+        await backend.unload()
+    assert text.strip() and timings.draft_n_accepted > 0, timings
+
+
 # Short enough to be computed in one piece whatever else runs (a prompt computed in pieces, or after a prefix
 # taken from a cache, may differ in the last bits of its logits and so in a near-tie).
 QUOTES = [
@@ -296,7 +328,7 @@ async def test_a_draft_that_is_always_wrong_changes_nothing_but_the_counts(smoll
         expected, _ = await reply(plain, EDIT_CHAT, greedy(40))
     finally:
         await plain.unload()
-    backend = LlamaCppBackend(draft_source=AlwaysWrong)
+    backend = LlamaCppBackend(draft_source=AlwaysWrong, step_costs=FixedCosts(dict(CPU_COSTS)))
     await backend.load(LoadSpec(path=smollm2.path, ctx_size=2048, parallel=1, threads=2, draft_max=4))
     try:
         text, timings = await reply(backend, EDIT_CHAT, greedy(40))
@@ -323,7 +355,7 @@ async def test_on_a_cpu_drafts_wait_while_another_slot_generates(smollm2: Manife
     default backend drafts only while one slot generates: a quote repeated alongside another stream gets no
     drafts, the same quote alone gets them."""
     [quote] = batch_prompts(chat=True)[:1]
-    backend = LlamaCppBackend()
+    backend = LlamaCppBackend(step_costs=FixedCosts(dict(CPU_COSTS)))
     await backend.load(LoadSpec(path=smollm2.path, ctx_size=2048, parallel=2, threads=2))
     try:
         _, alone = await reply(backend, quote, greedy(40))

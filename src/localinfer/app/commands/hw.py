@@ -85,7 +85,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         library = ModelLibrary.from_settings(settings)
         model = model_profile(library, args.plan)
         if args.draft is not None:
-            model = with_draft(model, model_profile(library, args.draft))
+            draft = model_profile(library, args.draft)
+            if (model.format, draft.format) != ("gguf", "gguf"):
+                raise ConfigError(
+                    "--draft plans a GGUF model with a GGUF draft model: llama.cpp is what drafts with one",
+                    hint="drop --draft, or name two GGUF models of one family",
+                )
+            model = with_draft(model, draft)
         overrides = Overrides(
             backend=args.backend,
             gpu_layers=args.gpu_layers,

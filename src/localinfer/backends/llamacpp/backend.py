@@ -32,15 +32,17 @@ from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.rerank import rerank_prompts
 from localinfer.backends.llamacpp.sampling import build_sampler
 from localinfer.backends.llamacpp.speculative import NgramDraft, PromptDraftFactory
+from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
 from localinfer.types import PRIORITY_RANK, GenerationRequest, TokenStream
 
-# On a CPU, a batch of two tokens or more is computed by kernels whose cost grows with every token (SmolLM2 Q4_1 on
-# 2 cores: 20 ms for one token, 10-13 ms a token from two on), so a drafted token costs nearly what a generated one
-# does once two slots generate: with 8 streams, prompt lookup took aggregate tok/s from 1.03x to 0.84x of
-# llama-server's (docs/benchmarks.md). Drafts are fed there only while one slot generates; a model offloaded to a
-# GPU, whose batches cost about the same up to dozens of tokens, drafts for every slot.
+# On a CPU, a step's cost grows with every token past the first (SmolLM2 Q4_1 on 2 cores: 30 ms for one token,
+# 16-20 ms a token for 2-63, 7 ms from 64 on: step_costs.py), so once two slots generate a drafted token costs nearly
+# what a generated one does: with 8 streams, prompt lookup took aggregate tok/s from 1.03x to 0.84x of llama-server's
+# (docs/benchmarks.md). Drafts are fed there only while one slot generates; a model offloaded to a GPU, whose steps
+# cost about the same up to dozens of tokens, drafts for every slot. (The step costs would say the same; the rule
+# also keeps several slots' drafts from being weighed against one another.)
 CPU_DRAFTING_SLOTS = 1
 
 
@@ -50,22 +52,19 @@ def drafting(
     source: PromptDraftFactory,
     draft_model: DraftModel | None,
     slots: int | None = None,
-    weigh_costs: bool = True,
 ) -> Drafting | None:
     """How the step loop speculates for ``spec`` on ``model``: with ``draft_model`` when there is one (fed whole),
-    else with drafts from ``source`` (cut to what pays, unless not ``weigh_costs``), while at most ``slots`` slots
-    generate (None: CPU_DRAFTING_SLOTS on a CPU, all of them on a GPU); not at all when speculation is off."""
+    else with drafts from ``source`` (cut to what the step costs say pays), while at most ``slots`` slots generate
+    (None: CPU_DRAFTING_SLOTS on a CPU, all of them on a GPU); not at all when speculation is off."""
     if spec.speculation == "off" or spec.draft_max <= 0:
         return None
     if slots is None:
         slots = model.n_seq_max if model.gpu_layers > 0 else min(CPU_DRAFTING_SLOTS, model.n_seq_max)
-    if draft_model is not None:  # each proposal costs draft steps: fed whole (its p_min cuts them)
-        return Drafting(draft_model.source, spec.draft_max, spec.draft_min, weigh_costs=False, max_generating=slots)
     return Drafting(
-        lambda prompt, _seq_id: source(prompt),
+        draft_model.source if draft_model is not None else lambda prompt, _seq_id: source(prompt),
         spec.draft_max,
         spec.draft_min,
-        weigh_costs=weigh_costs,
+        weigh_costs=draft_model is None,  # a draft model's proposals cost its steps: fed whole (its p_min cuts them)
         max_generating=slots,
     )
 
@@ -89,15 +88,15 @@ class LlamaCppBackend(Backend):
         *,
         draft_source: PromptDraftFactory = NgramDraft,
         drafting_slots: int | None = None,
-        weigh_costs: bool = True,
+        step_costs: StepCosts | None = None,
     ) -> None:
         """``draft_source`` makes each request's speculative drafts without a draft model (prompt lookup; tests
         give others); drafts are fed while at most ``drafting_slots`` slots generate (None: as the device suits,
-        ``drafting``), cut to the length the measured step costs say pays unless ``weigh_costs`` is false (then
-        fed whole, as a draft model's are: tests that need drafts verified inside a wide batch on a CPU)."""
+        ``drafting``), cut to the length ``step_costs`` says pays (None: a table measured as the loop runs; tests
+        give fixed ones)."""
         self._draft_source = draft_source
         self._drafting_slots = drafting_slots
-        self._weigh_costs = weigh_costs
+        self._step_costs = step_costs
         self._model: LlamaModel | None = None
         self._draft_model: DraftModel | None = None
         self._loop: StepLoop | None = None
@@ -123,8 +122,8 @@ class LlamaCppBackend(Backend):
         self._longest_token = await asyncio.to_thread(model.longest_token)
         self._model = model
         self._constraints = ConstraintCompiler(model.vocab)
-        how = drafting(spec, model, self._draft_source, self._draft_model, self._drafting_slots, self._weigh_costs)
-        self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=how)
+        how = drafting(spec, model, self._draft_source, self._draft_model, self._drafting_slots)
+        self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=how, costs=self._step_costs)
         self._loop.start()
 
     def preflight(self, spec: LoadSpec) -> None:

@@ -26,7 +26,7 @@ from localinfer.backends.llamacpp.step_costs import StepCosts
 # n-gram lengths looked up, longest first: a longer match predicts better. Three tokens match too often in free
 # text, where the draft is then mostly wrong and costs a wider batch.
 LOOKUP_SIZES = (6, 4)
-# A draft reaches twice as far past the match as the text before it goes on matching (NgramDraft._reach), looked at
+# A draft reaches twice as far past the match as the text before it goes on matching (NgramDraft._matched), looked at
 # up to MATCH_CHECKED tokens back, and at least SHORT_REACH tokens.
 MATCH_CHECKED = 32
 SHORT_REACH = 8
@@ -35,7 +35,7 @@ FIRST_DRAFT = 8  # a draft model's first draft; it doubles while drafts are kept
 # and counts of drafted tokens judged in which each weighs RATE_DECAY of the one after it (about the last 50).
 PRIOR_KEPT, PRIOR_MISSED = 1.5, 0.5
 RATE_DECAY = 0.98
-SHADOW_MAX = 16  # a proposal not fed is scored on its first tokens only, so the rate follows the text soon
+SHADOW_MAX = 8  # a proposal not fed is scored on its first tokens only, so drafting resumes soon when they match
 
 
 class DraftSource(Protocol):
@@ -157,7 +157,8 @@ class Speculation:
         leave), for a step already ``width`` tokens wide with this slot's next token."""
         if self.shadow:
             return []  # the last proposal is still being scored
-        tokens = self.source.propose(min(self.draft_max if self.costs is not None else self.n_draft, room))
+        limit = min(self.draft_max if self.costs is not None else self.n_draft, room)
+        tokens = self.source.propose(limit)[:limit]  # never past the batch, whatever the source returns
         if len(tokens) < max(self.draft_min, 1):
             return []
         if self.costs is None:
@@ -209,7 +210,8 @@ class Speculation:
 
     def _scored(self, n_drafted: int, n_kept: int) -> None:
         full = n_kept == n_drafted
-        self.n_draft = min(self.draft_max, self.n_draft * 2) if full else max(1, n_kept + 1)
+        if self.costs is None:
+            self.n_draft = min(self.draft_max, self.n_draft * 2) if full else max(1, n_kept + 1)
         judged = n_kept if full else n_kept + 1  # the tokens after a rejected one say nothing
         fade = RATE_DECAY**judged
         self.kept = fade * self.kept + n_kept

@@ -11,6 +11,7 @@ speculative.py asks this table what a wider step would cost.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 
 # Before a width has been measured, each token past the first is guessed to cost this share of a one-token step:
 # optimistic, so that wide drafts get tried (and so measured) when they are likely to be kept.
@@ -19,35 +20,48 @@ WEIGHT = 0.25  # of the latest step in a width's running cost
 
 
 class StepCosts:
-    def __init__(self) -> None:
-        self._ms: dict[int, float] = {}
-        self._widths: list[int] = []  # the widths measured, in order
+    def __init__(self, measured: Mapping[int, float] | None = None) -> None:
+        """A table learnt from the steps recorded, starting from ``measured`` (ms by width) when given."""
+        self._ms: dict[int, float] = dict(measured or {})
+        self._widths: list[int] = sorted(self._ms)  # the widths measured, in order
+        self._once: set[int] = set()  # widths measured once: that step also built a graph of a new shape
 
     def record(self, width: int, ms: float) -> None:
-        """A step of ``width`` tokens, each with logits, took ``ms``."""
+        """A step of ``width`` tokens, each with logits, took ``ms``. A width's first step also builds llama.cpp's
+        graph for that shape, and may meet a busy moment: it counts for no more than the guess it was chosen on,
+        so the width is tried again, and the second step replaces it."""
         if width <= 0 or ms <= 0:
             return
         known = self._ms.get(width)
         if known is None:
+            guess = self.estimate(width)
             bisect.insort(self._widths, width)
+            self._ms[width] = ms if guess is None else min(ms, guess)
+            self._once.add(width)
+        elif width in self._once:
             self._ms[width] = ms
+            self._once.discard(width)
         else:
             self._ms[width] = known + WEIGHT * (ms - known)
 
     def estimate(self, width: int) -> float | None:
         """The ms a step of ``width`` tokens is expected to take: as measured, else interpolated between the
-        nearest widths measured on either side. Past the widest measured it is a guess, the cheaper of going on
-        from there and of a one-token step plus UNMEASURED_TOKEN_SHARE of one per token, so that a wider kernel
-        (a CPU's past 63 tokens) gets tried once. None until a one-token step has been measured."""
-        one = self._ms.get(1)
-        if one is None:
+        nearest widths measured on either side. Below the narrowest measured, it is that step's cost per token
+        (while several slots generate, a one-token step may never come). Past the widest measured it is a guess,
+        the cheaper of going on from there and of a one-token step plus UNMEASURED_TOKEN_SHARE of one per token, so
+        that a wider kernel (a CPU's past 63 tokens) gets tried. None until a step has been measured."""
+        if not self._widths or width <= 0:
             return None
         known = self._ms.get(width)
         if known is not None:
             return known
         i = bisect.bisect_left(self._widths, width)
-        below = self._widths[i - 1]  # 1 is measured, so something lies below any width above it
+        if i == 0:
+            narrowest = self._widths[0]
+            return self._ms[narrowest] * width / narrowest
+        below = self._widths[i - 1]
         if i == len(self._widths):
+            one = self.estimate(1) or 0.0
             guess = one * (1.0 + (width - 1) * UNMEASURED_TOKEN_SHARE)
             return min(self._ms[below] + (width - below) * UNMEASURED_TOKEN_SHARE * one, guess)
         above = self._widths[i]

@@ -48,9 +48,9 @@ class Drafting:
     nothing to make) or fed whole (a draft model's), and how many slots may be generating for drafts to be fed at
     all (``max_generating``).
 
-    A drafted token costs a place in the batch whether it is kept or not. When the batch is already wide enough
-    for its cost to grow with every token (a CPU past one token: CPU_DRAFTING_SLOTS), a draft pays only if it is
-    kept whole, so drafting waits until fewer slots generate."""
+    A drafted token costs a place in the batch whether it is kept or not. Where a step's cost grows with every token
+    (a CPU past one token: CPU_DRAFTING_SLOTS), a drafted token costs nearly what a generated one does once several
+    slots generate, so drafting waits until fewer do."""
 
     source: DraftFactory
     draft_max: int
@@ -60,7 +60,10 @@ class Drafting:
 
 
 class StepLoop:
-    def __init__(self, model: LlamaModel, *, max_queue: int, drafting: Drafting | None = None) -> None:
+    def __init__(
+        self, model: LlamaModel, *, max_queue: int, drafting: Drafting | None = None, costs: StepCosts | None = None
+    ) -> None:
+        """``costs``: what steps cost by width, for the drafts' lengths (None: a table measured as the loop runs)."""
         self._model = model
         self._drafting = drafting
         self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
@@ -71,7 +74,7 @@ class StepLoop:
         self._ctx: lc.llama_context_p = model.ctx
         self._memory = lc.llama_get_memory(self._ctx)
         self._n_swa = model.n_swa
-        self._costs = StepCosts()  # what each width of a generating step takes here, for the drafts' lengths
+        self._costs = costs if costs is not None else StepCosts()
         self.outbox = Outbox()
         self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
 
