@@ -210,8 +210,9 @@ class Speculation:
 
     def _scored(self, n_drafted: int, n_kept: int) -> None:
         full = n_kept == n_drafted
-        if self.costs is None:
+        if self.costs is None:  # the length asked follows what was kept; no rate is weighed
             self.n_draft = min(self.draft_max, self.n_draft * 2) if full else max(1, n_kept + 1)
+            return
         judged = n_kept if full else n_kept + 1  # the tokens after a rejected one say nothing
         fade = RATE_DECAY**judged
         self.kept = fade * self.kept + n_kept

@@ -63,7 +63,8 @@ class StepLoop:
     def __init__(
         self, model: LlamaModel, *, max_queue: int, drafting: Drafting | None = None, costs: StepCosts | None = None
     ) -> None:
-        """``costs``: what steps cost by width, for the drafts' lengths (None: a table measured as the loop runs)."""
+        """``costs``: what steps cost by width, for the lengths of drafts that weigh them (None: a table measured as
+        the loop runs; no table, and no step timed, when no draft weighs them)."""
         self._model = model
         self._drafting = drafting
         self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
@@ -74,7 +75,8 @@ class StepLoop:
         self._ctx: lc.llama_context_p = model.ctx
         self._memory = lc.llama_get_memory(self._ctx)
         self._n_swa = model.n_swa
-        self._costs = costs if costs is not None else StepCosts()
+        weighing = drafting is not None and drafting.weigh_costs
+        self._costs = (costs if costs is not None else StepCosts()) if weighing else None
         self.outbox = Outbox()
         self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
 
@@ -170,7 +172,7 @@ class StepLoop:
                 d.source(job.prompt, slot.seq_id),
                 draft_max=d.draft_max,
                 draft_min=d.draft_min,
-                costs=self._costs if d.weigh_costs else None,
+                costs=self._costs,
             )
 
     def _borrow_prefix(self, slot: Slot, prompt: list[int], reuse: int) -> int:
@@ -221,7 +223,7 @@ class StepLoop:
         drafting = self._drafting is not None and len(generating) <= self._drafting.max_generating
         for slot in generating:  # one token each, and a draft of the tokens after it where one is guessed
             assert slot.next_token is not None and slot.job is not None
-            slot.draft = self._draft(slot.job, len(slot.cached), n + 1, self._capacity - n - 1) if drafting else []
+            slot.draft = self._draft(slot, slot.job, n + 1, self._capacity - n - 1) if drafting else []
             tokens = [slot.next_token, *slot.draft]
             for i, token in enumerate(tokens):
                 self._add(n + i, token, len(slot.cached) + i, slot.seq_id, True)
@@ -254,7 +256,7 @@ class StepLoop:
         if rc != 0:
             self._decode_failed(rc, fed)
             return
-        if len(fed) == len(generating):  # no prompt chunk: every token had logits, as drafted ones do
+        if self._costs is not None and len(fed) == len(generating):  # no prompt chunk: all with logits, as drafts
             lc.llama_synchronize(self._ctx)  # a GPU computes after llama_decode returns: wait, to time all of it
             self._costs.record(n, (time.perf_counter() - started) * 1000.0)
         for slot, tokens in fed:
@@ -273,13 +275,13 @@ class StepLoop:
         batch.seq_id[i][0] = seq_id
         batch.logits[i] = logits
 
-    def _draft(self, job: Job, n_cached: int, width: int, room: int) -> list[int]:
-        """The draft to verify after a slot's next token, in a step ``width`` tokens wide with that token: none
-        without speculation, and never more than the batch, the context (``n_cached`` tokens in it) and the
-        request's token limit leave room for."""
+    def _draft(self, slot: Slot, job: Job, width: int, room: int) -> list[int]:
+        """The draft to verify after the slot's next token, in a step ``width`` tokens wide with that token: none
+        without speculation, and never more than the batch, the context and the request's token limit leave room
+        for."""
         if job.speculation is None:
             return []
-        room = min(room, self._model.n_ctx - n_cached - 2)
+        room = min(room, self._model.n_ctx - len(slot.cached) - 2)
         if job.max_tokens is not None:
             room = min(room, job.max_tokens - job.generated - 1)
         return job.speculation.draft(room, width) if room > 0 else []
