@@ -1,6 +1,6 @@
 """Speculative decoding by prompt lookup, and a prompt prefix shared between slots.
 
-The proposals on their own (NgramDraft, Speculation) are plain Python; the rest runs the real step loop on
+The drafting policy on its own (Speculation) is plain Python; the rest runs the real step loop on
 SmolLM2 (instruct) and Gemma 3 (a base model): greedy output with speculation is the output without it, token for
 token, alone and inside a batch of four; a draft source that is always wrong changes nothing but the counts; a
 seeded sampled reply is the same too (each kept token is sampled from the model's own distribution, with the same
@@ -16,7 +16,7 @@ import pytest
 
 from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
-from localinfer.backends.llamacpp.speculative import SHADOW_MAX, NgramDraft, Speculation
+from localinfer.backends.llamacpp.speculative import SHADOW_MAX, Speculation
 from localinfer.backends.llamacpp.step_costs import UNMEASURED_TOKEN_SHARE, WEIGHT, StepCosts
 from localinfer.backends.llamacpp.step_loop import MIN_SHARED_PREFIX
 from localinfer.models.store import Manifest
@@ -94,27 +94,6 @@ async def replies(manifest: Manifest, prompts: Sequence[str], options: Generatio
 
 
 # --- the proposals ----------------------------------------------------------------------------------------------
-
-
-def test_prompt_lookup_proposes_what_followed_the_latest_earlier_occurrence() -> None:
-    draft = NgramDraft([0, 1, 2, 3, 4, 5, 9, 0, 1, 2, 3, 4, 7, 8, 1, 2, 3, 4])
-    assert draft.propose(3) == [7, 8, 1]  # "1 2 3 4" last came before "7 8", not before "5 9"
-    assert draft.propose(1) == [7]
-    draft.extend([7, 8])
-    assert draft.propose(6) == [1, 2, 3, 4, 7, 8]  # up to the end of the text...
-    assert draft.propose(9) == [1, 2, 3, 4, 7, 8, 1, 2, 3]  # ...and on: a text that repeats goes on repeating
-    assert NgramDraft([1, 2, 3, 4, 5]).propose(4) == []  # no earlier occurrence: no guess
-    assert NgramDraft([1, 2, 3, 9, 1, 2, 3]).propose(4) == []  # three tokens in common are not enough
-    assert NgramDraft([5, 5, 5]).propose(0) == []
-
-
-def test_a_prompt_lookup_draft_reaches_further_the_longer_the_reply_has_been_copying() -> None:
-    document = list(range(100, 200))
-    few_words = NgramDraft([*document, 1, 2, *document[50:56]])  # six tokens in common with the document
-    assert few_words.propose(64) == document[56:68]  # twice as many past them
-    copying = NgramDraft([*document, 1, 2, *document[20:56]])  # 36 in common: the reply is quoting it
-    assert copying.propose(64) == [*document[56:], 1, 2, *document[20:38]]  # 64, what followed there
-    assert copying.propose(10) == document[56:66]
 
 
 class Fixed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -29,9 +30,10 @@ from localinfer.backends.llamacpp.draft_model import DraftModel
 from localinfer.backends.llamacpp.embedder import Embedder, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
 from localinfer.backends.llamacpp.rerank import rerank_prompts
 from localinfer.backends.llamacpp.sampling import build_sampler
-from localinfer.backends.llamacpp.speculative import NgramDraft, PromptDraftFactory
+from localinfer.backends.llamacpp.speculative import PromptDraftFactory
 from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
@@ -86,14 +88,14 @@ class LlamaCppBackend(Backend):
     def __init__(
         self,
         *,
-        draft_source: PromptDraftFactory = NgramDraft,
+        draft_source: PromptDraftFactory | None = None,
         drafting_slots: int | None = None,
         step_costs: StepCosts | None = None,
     ) -> None:
-        """``draft_source`` makes each request's speculative drafts without a draft model (prompt lookup; tests
-        give others); drafts are fed while at most ``drafting_slots`` slots generate (None: as the device suits,
-        ``drafting``), cut to the length ``step_costs`` says pays (None: a table measured as the loop runs; tests
-        give fixed ones)."""
+        """``draft_source`` makes each request's speculative drafts without a draft model (None: prompt lookup
+        over the request's text and the model's recent outputs; tests give others); drafts are fed while at most
+        ``drafting_slots`` slots generate (None: as the device suits, ``drafting``), cut to the length
+        ``step_costs`` says pays (None: a table measured as the loop runs; tests give fixed ones)."""
         self._draft_source = draft_source
         self._drafting_slots = drafting_slots
         self._step_costs = step_costs
@@ -122,7 +124,8 @@ class LlamaCppBackend(Backend):
         self._longest_token = await asyncio.to_thread(model.longest_token)
         self._model = model
         self._constraints = ConstraintCompiler(model.vocab)
-        how = drafting(spec, model, self._draft_source, self._draft_model, self._drafting_slots)
+        source = self._draft_source or functools.partial(NgramDraft, recent=RecentOutputs())  # a pool per model
+        how = drafting(spec, model, source, self._draft_model, self._drafting_slots)
         self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=how, costs=self._step_costs)
         self._loop.start()
 

@@ -6,13 +6,13 @@ the target model sampled given the text before it, so greedy output is token for
 and sampled output follows the model's distribution (a draft that always proposes one token is the degenerate
 case of rejection sampling: accept it exactly when the sample equals it).
 
-*Prompt lookup* (``NgramDraft``) needs no second model: the last few tokens of the text so far are looked up in
-the prompt and what was generated, and the tokens that followed their latest earlier occurrence are the draft.
-It pays when the reply repeats what the prompt says (an edited file, a quoted answer) and costs little elsewhere:
-only a match proposes anything, and a draft is fed only as far as the tokens it is expected to add are worth more
-than what it adds to the step (step_costs.py). A *draft model*
-(draft_model.py) guesses from a small model of the same vocabulary instead, and pays on free text too when it
-often agrees with the target.
+*Prompt lookup* (prompt_lookup.py) needs no second model: the last few tokens of the text so far are looked up in
+the prompt, what was generated and what the model generated for recent requests, and the tokens that followed the
+best match are the draft. It pays when the reply repeats text (an edited file, a quoted answer, a regenerated
+reply) and costs little elsewhere: only a match proposes anything, and a draft is fed only as far as the tokens it
+is expected to add are worth more than what it adds to the step (step_costs.py). A *draft model* (draft_model.py)
+guesses from a small model of the same vocabulary instead, and pays on free text too when it often agrees with
+the target.
 """
 
 from __future__ import annotations
@@ -23,13 +23,6 @@ from typing import Protocol
 
 from localinfer.backends.llamacpp.step_costs import StepCosts
 
-# n-gram lengths looked up, longest first: a longer match predicts better. Three tokens match too often in free
-# text, where the draft is then mostly wrong and costs a wider batch.
-LOOKUP_SIZES = (6, 4)
-# A draft reaches twice as far past the match as the text before it goes on matching (NgramDraft._matched), looked at
-# up to MATCH_CHECKED tokens back, and at least SHORT_REACH tokens.
-MATCH_CHECKED = 32
-SHORT_REACH = 8
 FIRST_DRAFT = 8  # a draft model's first draft; it doubles while drafts are kept
 # The running chance that a drafted token is kept (Speculation.keep_rate): a first guess of 3/4 worth two tokens,
 # and counts of drafted tokens judged in which each weighs RATE_DECAY of the one after it (about the last 50).
@@ -51,52 +44,6 @@ class DraftSource(Protocol):
 PromptDraftFactory = Callable[[Sequence[int]], DraftSource]  # a request's draft source, from its prompt
 # a request's draft source, from its prompt and its slot's sequence id (where a draft model keeps its cache)
 DraftFactory = Callable[[Sequence[int], int], DraftSource]
-
-
-class NgramDraft:
-    """Prompt lookup over one request's text (prompt, then output): for each n-gram length of ``LOOKUP_SIZES``,
-    the position that followed each n-gram's latest occurrence."""
-
-    def __init__(self, prompt: Sequence[int]) -> None:
-        self._tokens: list[int] = []
-        self._follows: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in LOOKUP_SIZES}
-        self.extend(prompt)
-
-    def extend(self, tokens: Sequence[int]) -> None:
-        text = self._tokens
-        for token in tokens:
-            end = len(text)
-            for n, follows in self._follows.items():
-                if end >= n:
-                    follows[tuple(text[end - n : end])] = end  # text[end] follows this n-gram
-            text.append(token)
-
-    def propose(self, n_max: int) -> list[int]:
-        text = self._tokens
-        if n_max <= 0:
-            return []
-        for n, follows in self._follows.items():
-            if len(text) < n:
-                continue
-            start = follows.get(tuple(text[-n:]))
-            if start is not None:
-                reach = min(n_max, max(SHORT_REACH, 2 * self._matched(start, n)))
-                draft = text[start : start + reach]
-                period = len(text) - start
-                while len(draft) < reach:  # past the end of the text: a repeat goes on repeating
-                    draft.append(draft[-period])
-                return draft
-        return []
-
-    def _matched(self, start: int, n: int) -> int:
-        """How far the text before ``start`` goes on matching the end of the text: an ``n``-gram at least,
-        MATCH_CHECKED tokens at most. A draft reaches twice as far past the match (SHORT_REACH at least): a reply
-        that has been copying for a while is likely to go on, one that shares a few words with the prompt is not."""
-        text = self._tokens
-        matched = n
-        while matched < MATCH_CHECKED and start - matched - 1 >= 0 and text[start - matched - 1] == text[-matched - 1]:
-            matched += 1
-        return matched
 
 
 def expected_kept(p: float, n: int) -> float:
