@@ -134,6 +134,11 @@ class Settings(BaseSettings):
         description="Element type of the KV cache's values (-ctv), as cache_type_k; a quantized one needs flash "
         "attention, which llama.cpp then turns on.",
     )
+    flash_attn: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Flash attention for GGUF models (llama-server's -fa): auto means wherever the device runs it. "
+        "On a CPU, off can generate faster (docs/benchmarks.md), and with drafts off gives the same text.",
+    )
     spec: Literal["ngram", "draft", "off"] | None = Field(
         None,
         description="Speculative decoding of GGUF models: ngram (prompt lookup: tokens that followed the same few "

@@ -65,6 +65,7 @@ class LoadSpec:
     provider: str | None = None  # the ONNX Runtime execution provider (CUDAExecutionProvider...); None: the CPU
     cache_type_k: str = DEFAULT_KV_CACHE_TYPE  # the KV cache's element types (types.KV_CACHE_BYTES); llama.cpp only
     cache_type_v: str = DEFAULT_KV_CACHE_TYPE
+    flash_attn: str = "auto"  # llama.cpp's flash attention: "on", "off", or "auto" (on where the device runs it)
     # how generation drafts tokens to verify in one step: "ngram" (prompt lookup), "draft" (draft_path), "off"
     speculation: str = "ngram"
     draft_path: Path | None = None  # the draft model of speculation "draft": a small GGUF of the same vocabulary

@@ -120,6 +120,7 @@ class Engine:
             max_queue=s.max_queue,
             gpu_layers=s.gpu_layers or 0,
             extra_args=tuple(s.engine_args),
+            flash_attn=s.flash_attn,
             speculation=s.speculation,
             draft_path=self._draft_path(),
             draft_max=s.draft_max,

@@ -66,6 +66,17 @@ def test_an_onnx_model_is_refused_with_the_types_set(
     assert httpx.post(f"{q8_server.url}/v1/completions", json=again, timeout=120).status_code == 200
 
 
+def test_plain_attention_asked_with_quantized_values_is_refused_with_the_fix(
+    smollm2: Manifest, test_home: Path, tmp_path: Path
+) -> None:
+    extra = ("--parallel", "1", "--ctx-size", "2048", "-ctv", "q8_0", "--flash-attn", "off")
+    with serving(smollm2.name, test_home, tmp_path, *extra) as server:
+        body = {"model": smollm2.name, "prompt": "Hi", "max_tokens": 2}
+        response = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120)
+    assert response.status_code == 500 and response.json()["error"]["code"] == "model_load_failed", response.text
+    assert "a q8_0 value cache needs flash attention" in response.json()["error"]["message"]
+
+
 def test_an_unknown_cache_type_is_a_one_line_error_listing_the_types() -> None:
     answer = subprocess.run(
         [sys.executable, "-m", "localinfer.app.cli", "serve", "--cache-type-v", "q9_9"],

@@ -80,6 +80,13 @@ def add_parser(subparsers: Any) -> None:
         help="GGUF models: the KV cache's value type, as --cache-type-k (a quantized one turns flash attention on)",
     )
     p.add_argument(
+        "--flash-attn",
+        "-fa",
+        choices=("auto", "on", "off"),
+        help="GGUF models: flash attention; auto (the default) turns it on wherever the device runs it. On a CPU, "
+        "off can generate faster; use it with --spec off (drafts verified without it may change greedy text)",
+    )
+    p.add_argument(
         "--spec",
         choices=("ngram", "draft", "off"),
         help="speculative decoding (GGUF): ngram guesses the next tokens from the prompt and the reply so far "
@@ -179,6 +186,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         gpu_layers=args.gpu_layers,
         cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v,
+        flash_attn=args.flash_attn,
         spec=args.spec,
         draft=args.draft,
         draft_max=args.draft_max,

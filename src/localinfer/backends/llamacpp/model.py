@@ -71,6 +71,42 @@ def default_threads() -> int:
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 
 
+# Flash attention: "auto" is llama.cpp's choice, on wherever the device can run it, a CPU included, as llama-server
+# does. On a CPU, plain attention (a matrix product, softmax, a matrix product) can generate much faster: SmolLM2
+# Q4_1 on 2 cores takes 31 ms a token with flash attention 1,000 tokens into a context and 15.5 ms without it, 62
+# against 21 ms at 3,000; Gemma 3 270M takes the same either way (docs/benchmarks.md). It is not the default because
+# plain attention's results depend on how many of a sequence's tokens a step computes (another matrix kernel), so a
+# step that verifies a draft changes greedy text (measured: SmolLM2's story differed with prompt lookup), while
+# flash attention computes each token's row alone; and its attention scores take memory that grows with the context.
+FLASH_ATTN_TYPES = {
+    "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": lc.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
+def check_attention(spec: LoadSpec) -> None:
+    """Refuse plain attention with a quantized value cache (llama.cpp reads those only in flash attention), and
+    warn that drafts verified with plain attention may change greedy output."""
+    if spec.flash_attn != "off":
+        return
+    if _quantized(spec.cache_type_v):
+        raise ModelLoadError(
+            f"a {spec.cache_type_v} value cache needs flash attention, and --flash-attn is off",
+            hint="drop --flash-attn off, or keep the values in f16 (--cache-type-v f16)",
+        )
+    if spec.speculation != "off" and spec.draft_max > 0:
+        log.warning(
+            "%s: with --flash-attn off, a step that verifies a draft computes attention with another kernel, so "
+            "greedy output may differ from --spec off; add --spec off for the same text",
+            spec.path.name,
+        )
+
+
+def _quantized(cache_type: str) -> bool:
+    return cache_type not in ("f32", "f16", "bf16")
+
+
 def kv_bytes_per_token(model: lc.llama_model_p, type_k: str = "f16", type_v: str = "f16") -> int:
     """Bytes of keys and values one token takes in a cache of these types, from the model's shape."""
     arch = _meta(model, "general.architecture") or ""
@@ -131,6 +167,7 @@ class LlamaModel:
         path = Path(spec.path)
         if not path.is_file():
             raise ModelLoadError(f"model file not found: {path}", hint="check the path, or 'localinfer ls'")
+        check_attention(spec)
         _init_backend()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = spec.gpu_layers if spec.gpu_layers >= 0 else 999
@@ -166,6 +203,7 @@ class LlamaModel:
         # refuses where the model or device cannot use it.
         cparams.type_k = GGML_TYPES[spec.cache_type_k]
         cparams.type_v = GGML_TYPES[spec.cache_type_v]
+        cparams.flash_attn_type = FLASH_ATTN_TYPES[spec.flash_attn]
         ctx = lc.llama_init_from_model(model, cparams)
         if not ctx:
             lc.llama_model_free(model)
@@ -181,13 +219,14 @@ class LlamaModel:
                 hint="try a smaller context with --ctx-size",
             )
         log.debug(
-            "loaded %s: %d slots of %d tokens, %d threads, KV cache %s/%s",
+            "loaded %s: %d slots of %d tokens, %d threads, KV cache %s/%s, flash attention %s",
             path,
             parallel,
             n_ctx,
             threads,
             spec.cache_type_k,
             spec.cache_type_v,
+            spec.flash_attn,
         )
         n_layer = int(lc.llama_model_n_layer(model))
         offloaded = min(mparams.n_gpu_layers, n_layer + 1) if lc.llama_supports_gpu_offload() else 0
