@@ -24,8 +24,13 @@ every engine alike; each request starts with a line naming its round, so no prom
 per workload and engine: the median decode tok/s (tokens after the first / time from the first to the last
 streamed text), the min-max over rounds, and the ratios localinfer-ngram / localinfer-off and localinfer-ngram /
 best llama-server speculative setting (localinfer-draft / llama-server-draft with --draft), each round's
-ratio computed within the round. A PNG plot goes to
-`--plot`.
+ratio computed within the round. A PNG plot goes to `--plot`.
+
+Round 0 warms the engines up on the workloads themselves, so every measured request has been answered before, by
+the same servers: llama-server's ngram-mod (one table of n-grams kept across requests) and localinfer's prompt
+lookup (which also searches the model's recent outputs) draft the reply from the earlier one, as they would for a
+regenerated answer. With `--cold` each round starts fresh servers, warmed up on other text, so a reply can be
+drafted only from its own prompt and what it has written so far.
 
 Usage: .venv/bin/python bench/speculation.py --model PATH.gguf [--chat] [--rounds 5] [--tokens 256] [--draft D.gguf]
 """
@@ -136,6 +141,11 @@ WORKLOADS: dict[str, dict[str, str]] = {
         "the herring.",
         "base": f"{DOCUMENT}\nThe paragraph about the lighthouse, quoted in full:\n\nThe lighthouse",
     },
+    # not measured: what --cold warms fresh servers up with, text that no workload repeats
+    "warm-up": {
+        "chat": "List five rivers of Europe and one city on each.",
+        "base": "The five longest rivers of Europe are",
+    },
     "chat": {
         "chat": "Write a short story about a fox who learns to play the violin in a city of clockwork birds.",
         "base": "Once upon a time, in a city of clockwork birds, a fox decided to learn the violin. On the first",
@@ -150,6 +160,18 @@ def body_for(workload: str, chat: bool, round_no: int, tokens: int) -> tuple[str
     if chat:
         return "/v1/chat/completions", {"messages": [{"role": "user", "content": f"{tag}\n{prompt}"}], **common}
     return "/v1/completions", {"prompt": f"{tag}\n{prompt}", **common}
+
+
+def engine_names(args: argparse.Namespace) -> list[str]:
+    if args.draft:
+        return ["localinfer-off", "localinfer-draft", "llama-server", "llama-server-draft"]
+    return ["localinfer-off", "localinfer-ngram", "llama-server", *(f"llama-server-{t}" for t in args.llama_spec)]
+
+
+def stop_all(servers: dict[str, ManagedServer]) -> None:
+    for server in servers.values():
+        server.stop()
+    servers.clear()
 
 
 def start_servers(args: argparse.Namespace, bin_dir: Path) -> dict[str, ManagedServer]:
@@ -176,6 +198,7 @@ def start_servers(args: argparse.Namespace, bin_dir: Path) -> dict[str, ManagedS
         )
     for server in servers.values():
         server.start()
+    assert list(servers) == engine_names(args)
     return servers
 
 
@@ -191,19 +214,31 @@ def main() -> int:
     p.add_argument("--workloads", default="edit,quote,chat")
     p.add_argument("--llama-spec", default="ngram-simple,ngram-mod", type=lambda v: [t for t in v.split(",") if t])
     p.add_argument("--draft", type=Path, help="compare a draft model (localinfer --draft, llama-server -md)")
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="fresh servers each round, warmed on other text (else one set, warmed on the workloads themselves)",
+    )
     p.add_argument("--llama-cpp-bin", type=Path)
     p.add_argument("--plot", type=Path)
     p.add_argument("--name", help="the model's name in the plot's title (default: the file's)")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     workloads = args.workloads.split(",")
-    servers = start_servers(args, llama_cpp_bin(args.llama_cpp_bin))
-    names = list(servers)
+    bin_dir = llama_cpp_bin(args.llama_cpp_bin)
+    names = engine_names(args)
     tps: dict[str, dict[str, list[float]]] = {w: {n: [] for n in names} for w in workloads}
     drafts: dict[str, dict[str, list[tuple[int, int]]]] = {w: {n: [] for n in names} for w in workloads}
+    servers = {} if args.cold else start_servers(args, bin_dir)
     try:
         with httpx.Client(timeout=600.0) as client:
             for round_no in range(args.rounds + 1):  # round 0 warms every engine up and is not counted
+                if args.cold:  # fresh servers, warmed on other text: nothing from an earlier round is remembered
+                    if round_no == 0:
+                        continue
+                    servers = start_servers(args, bin_dir)
+                    for name in names:
+                        stream_openai(client, servers[name].base_url, *body_for("warm-up", args.chat, 0, 32))
                 order = names[round_no % len(names) :] + names[: round_no % len(names)]
                 for workload in workloads:
                     path, body = body_for(workload, args.chat, round_no, args.tokens)
@@ -214,13 +249,14 @@ def main() -> int:
                         tps[workload][name].append(stats.decode_tps)
                         t = stats.server_timings or {}
                         drafts[workload][name].append((int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0))))
+                if args.cold:
+                    stop_all(servers)
                 print(f"round {round_no} done", file=sys.stderr)
     finally:
-        for server in servers.values():
-            server.stop()
+        stop_all(servers)
     report = summarise(tps, drafts, names)
     payload = {"machine": machine_info(), "args": {k: str(v) for k, v in vars(args).items()}, **report}
-    out = args.out or RESULTS_DIR / f"speculation-{args.model.stem}.json"
+    out = args.out or RESULTS_DIR / f"speculation-{'cold-' if args.cold else ''}{args.model.stem}.json"
     write_json(out, payload)
     print(render(report, names))
     if args.plot:
