@@ -136,15 +136,17 @@ class Settings(BaseSettings):
     )
     flash_attn: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="Flash attention for GGUF models (llama-server's -fa): auto means wherever the device runs it. "
-        "On a CPU, off can generate faster (docs/benchmarks.md), and with drafts off gives the same text.",
+        description="Flash attention for GGUF models (llama-server's -fa): auto means on wherever the device runs "
+        "it. On a CPU, off (plain attention) can generate much faster (docs/benchmarks.md); it then turns prompt "
+        "lookup off unless spec is set, because drafts verified with plain attention change greedy text.",
     )
     spec: Literal["ngram", "draft", "off"] | None = Field(
         None,
         description="Speculative decoding of GGUF models: ngram (prompt lookup: tokens that followed the same few "
-        "tokens earlier in the prompt or reply are verified together, and the draft shrinks when they are not "
-        "kept), draft (a small model of the same vocabulary, the draft setting, guesses them) or off; unset means "
-        "draft when a draft model is set, else ngram. Output is the same either way; only the speed changes.",
+        "tokens earlier in the prompt, the reply or the model's recent outputs are verified together, as many as "
+        "pay), draft (a small model of the same vocabulary, the draft setting, guesses them) or off; unset means "
+        "draft when a draft model is set, else ngram (off with flash_attn off). Greedy output is the same either "
+        "way, under flash attention; only the speed changes.",
     )
     draft: str | None = Field(
         None,
@@ -185,8 +187,13 @@ class Settings(BaseSettings):
 
     @property
     def speculation(self) -> str:
-        """How GGUF models speculate: the spec setting, or draft when a draft model is set, else ngram."""
-        return self.spec or ("draft" if self.draft else "ngram")
+        """How GGUF models speculate: the spec setting, or draft when a draft model is set, else ngram, except with
+        plain attention (flash_attn off), where drafts verified would change greedy text: off."""
+        if self.spec:
+            return self.spec
+        if self.draft:
+            return "draft"
+        return "off" if self.flash_attn == "off" else "ngram"
 
     @property
     def keep_alive_seconds(self) -> float | None:

@@ -152,6 +152,18 @@ def test_a_kv_cache_that_does_not_fit_in_f16_is_kept_in_q8_0_before_the_context_
     assert chosen.memory_bytes == wide.size_bytes + q8_0_per_token * 8192 * chosen.parallel + CPU_COMPUTE_RESERVE
 
 
+def test_with_plain_attention_only_the_keys_are_quantized_when_f16_does_not_fit() -> None:
+    """--flash-attn off: llama.cpp reads a quantized value cache only in flash attention, so the planner keeps the
+    values in f16 (the load would otherwise be refused for a type the user never asked for)."""
+    small = HARDWARE["8 GB RAM machine"]
+    wide = ModelProfile("wide", "gguf", 3 * GB, 32, 131072, 32 * 8 * 256 * 2)
+    chosen = plan(small, wide, Overrides(flash_attn="off"))
+    assert (chosen.cache_type_k, chosen.cache_type_v) == ("q8_0", "f16")
+    assert any("KV cache in q8_0 keys and f16 values (77% of f16's memory)" in r for r in chosen.reasons), (
+        chosen.reasons
+    )
+
+
 def test_a_context_that_does_not_fit_even_in_q8_0_shrinks_until_it_does() -> None:
     small = HARDWARE["8 GB RAM machine"]
     wider = ModelProfile("wider", "gguf", 3 * GB, 32, 131072, 32 * 8 * 256 * 8)  # 4 GiB of f16 per 8192 tokens

@@ -69,7 +69,7 @@ class LoadSpec:
     # how generation drafts tokens to verify in one step: "ngram" (prompt lookup), "draft" (draft_path), "off"
     speculation: str = "ngram"
     draft_path: Path | None = None  # the draft model of speculation "draft": a small GGUF of the same vocabulary
-    draft_max: int = 64  # most tokens a draft has (a step of 64 or more is where a CPU computes a token cheapest)
+    draft_max: int = 64  # most tokens a draft has (as llama-server's ngram-mod; a slot's step stays under 64 tokens)
     draft_min: int = 0  # a shorter draft is not verified
     extra_args: tuple[str, ...] = ()  # passed as-is to an engine run as a process (vLLM: --tensor-parallel-size 2)
 

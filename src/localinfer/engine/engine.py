@@ -178,6 +178,7 @@ class Engine:
             threads=s.threads or None,
             cache_type_k=s.cache_type_k,
             cache_type_v=s.cache_type_v,
+            flash_attn=s.flash_attn,
         )
 
     def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:

@@ -53,6 +53,7 @@ class Overrides:
     threads: int | None = None
     cache_type_k: str | None = None  # the KV cache's element types (types.KV_CACHE_BYTES); None: planned
     cache_type_v: str | None = None
+    flash_attn: str = "auto"  # "off": plain attention, which cannot read a quantized value cache
 
 
 @dataclass(frozen=True)
@@ -219,11 +220,14 @@ def _kv_cache_types(model: ModelProfile, overrides: Overrides, ctx: int, room: i
     if model.size_bytes + f16_slot + CPU_COMPUTE_RESERVE <= room or model.size_bytes + CPU_COMPUTE_RESERVE > room:
         return DEFAULT_KV_CACHE_TYPE, DEFAULT_KV_CACHE_TYPE, "KV cache in f16"
     small = SMALL_KV_CACHE_TYPE
-    share = kv_cache_scale(small, small)
+    # plain attention (--flash-attn off) reads quantized keys but not quantized values
+    values = DEFAULT_KV_CACHE_TYPE if overrides.flash_attn == "off" else small
+    share = kv_cache_scale(small, values)
+    kept = f"{small} keys and f16 values" if values != small else small
     return (
         small,
-        small,
-        f"KV cache in {small} ({share:.0%} of f16's memory): an f16 one {ctx} tokens long "
+        values,
+        f"KV cache in {kept} ({share:.0%} of f16's memory): an f16 one {ctx} tokens long "
         f"({_gb(f16_slot)}) would not fit beside the weights",
     )
 

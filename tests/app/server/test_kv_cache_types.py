@@ -6,6 +6,7 @@ prompt (``llama_state_seq_get_size``), f16 against q8_0 and q4_0.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -66,15 +67,22 @@ def test_an_onnx_model_is_refused_with_the_types_set(
     assert httpx.post(f"{q8_server.url}/v1/completions", json=again, timeout=120).status_code == 200
 
 
-def test_plain_attention_asked_with_quantized_values_is_refused_with_the_fix(
+def test_plain_attention_asked_with_quantized_values_is_refused_at_start_with_the_fix(
     smollm2: Manifest, test_home: Path, tmp_path: Path
 ) -> None:
-    extra = ("--parallel", "1", "--ctx-size", "2048", "-ctv", "q8_0", "--flash-attn", "off")
-    with serving(smollm2.name, test_home, tmp_path, *extra) as server:
-        body = {"model": smollm2.name, "prompt": "Hi", "max_tokens": 2}
-        response = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120)
-    assert response.status_code == 500 and response.json()["error"]["code"] == "model_load_failed", response.text
-    assert "a q8_0 value cache needs flash attention" in response.json()["error"]["message"]
+    env = {**os.environ, "LOCALINFER_HOME": str(test_home), "LOCALINFER_CONFIG": str(tmp_path / "none.toml")}
+    answer = subprocess.run(
+        [sys.executable, "-m", "localinfer.app.cli", "serve", smollm2.name, "-ctv", "q8_0", "--flash-attn", "off"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert answer.returncode == 1, answer.stderr
+    assert "a q8_0 value cache needs flash attention, and --flash-attn is off" in answer.stderr
+    assert "hint: drop --flash-attn off, or keep the values in f16 (--cache-type-v f16)" in answer.stderr
+    assert "Traceback" not in answer.stderr
 
 
 def test_an_unknown_cache_type_is_a_one_line_error_listing_the_types() -> None:

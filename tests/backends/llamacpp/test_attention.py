@@ -10,6 +10,7 @@ import pytest
 
 from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.config import Settings
 from localinfer.errors import ModelLoadError
 from localinfer.models.store import Manifest
 from tests.backends.llamacpp.test_prompt_lookup import STORY
@@ -44,12 +45,21 @@ def test_plain_attention_with_a_quantized_value_cache_is_refused_with_the_fix(sm
     assert caught.value.hint is not None and "--cache-type-v f16" in caught.value.hint
 
 
-def test_plain_attention_with_drafts_is_loaded_with_a_warning(
+def test_plain_attention_turns_prompt_lookup_off_unless_speculation_is_asked_for() -> None:
+    assert Settings().speculation == "ngram"
+    assert Settings(flash_attn="off").speculation == "off"
+    assert Settings(flash_attn="off", spec="ngram").speculation == "ngram"
+    assert Settings(flash_attn="off", draft="small.gguf").speculation == "draft"
+
+
+async def test_plain_attention_with_drafts_asked_for_loads_with_a_warning(
     smollm2: Manifest, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="localinfer.backends.llamacpp.model"):
-        LlamaModel.load(LoadSpec(path=smollm2.path, ctx_size=2048, flash_attn="off")).free()
-    assert any("greedy output may differ from --spec off" in r.getMessage() for r in caplog.records)
+    with caplog.at_level(logging.WARNING, logger="localinfer.backends.llamacpp.backend"):
+        backend = await loaded(smollm2, flash_attn="off", speculation="ngram")
+        await backend.unload()
+    [warning] = [r.getMessage() for r in caplog.records if "plain attention" in r.getMessage()]
+    assert "greedy output may differ from --spec off" in warning and "add --spec off" in warning
 
 
 async def test_drafts_keep_greedy_text_with_flash_attention_and_change_it_without(smollm2: Manifest) -> None:

@@ -53,9 +53,28 @@ def test_the_text_whose_context_matches_longest_is_drafted_from_the_requests_own
 def test_recent_outputs_keep_the_newest_within_their_budget() -> None:
     recent = RecentOutputs(max_tokens=100)
     NgramDraft([], recent).extend(range(1000, 1060))
-    NgramDraft([], recent).extend(range(2000, 2060))  # 120 tokens in all: the oldest goes at the next request
+    NgramDraft([], recent).extend(range(2000, 2060))  # 120 tokens in all: the oldest goes at the next output
+    NgramDraft([], recent).extend(range(3000, 3010))
     assert NgramDraft(list(range(1000, 1006)), recent).propose(4) == []
     assert NgramDraft(list(range(2000, 2006)), recent).propose(4) == [2006, 2007, 2008, 2009]
+
+
+def test_of_two_earlier_outputs_that_match_as_long_the_newest_is_drafted_from() -> None:
+    recent = RecentOutputs()
+    NgramDraft([], recent).extend([1, 2, 3, 4, 5, 6, 80, 81])
+    NgramDraft([], recent).extend([1, 2, 3, 4, 5, 6, 90, 91])
+    assert NgramDraft([9, 1, 2, 3, 4, 5, 6], recent).propose(2) == [90, 91]
+
+
+def test_a_request_that_generates_nothing_adds_no_output_and_outputs_are_capped_in_number() -> None:
+    recent = RecentOutputs(max_outputs=3)
+    NgramDraft([1, 2, 3], recent).extend([])  # an editor warming the cache (max_tokens 0)
+    assert len(recent) == 0
+    for first in (100, 200, 300, 400):
+        NgramDraft([], recent).extend(range(first, first + 10))
+    assert len(recent) == 3
+    assert NgramDraft(list(range(100, 106)), recent).propose(2) == []  # the oldest went
+    assert NgramDraft(list(range(400, 406)), recent).propose(2) == [406, 407]
 
 
 STORY = (

@@ -77,21 +77,22 @@ def add_parser(subparsers: Any) -> None:
         "--cache-type-v",
         "-ctv",
         metavar="TYPE",
-        help="GGUF models: the KV cache's value type, as --cache-type-k (a quantized one turns flash attention on)",
+        help="GGUF models: the KV cache's value type, as --cache-type-k (a quantized one needs flash attention)",
     )
     p.add_argument(
         "--flash-attn",
         "-fa",
         choices=("auto", "on", "off"),
         help="GGUF models: flash attention; auto (the default) turns it on wherever the device runs it. On a CPU, "
-        "off can generate faster; use it with --spec off (drafts verified without it may change greedy text)",
+        "off can generate much faster; it turns --spec off unless --spec is given (drafts verified without it "
+        "change greedy text), and cannot read a quantized value cache",
     )
     p.add_argument(
         "--spec",
         choices=("ngram", "draft", "off"),
-        help="speculative decoding (GGUF): ngram guesses the next tokens from the prompt and the reply so far "
-        "(the default), draft from a draft model (--draft); the guesses are verified in one step, so the output "
-        "is the same either way",
+        help="speculative decoding (GGUF): ngram guesses the next tokens from the prompt, the reply so far and "
+        "the model's recent outputs (the default), draft from a draft model (--draft); the guesses are verified "
+        "in one step, so greedy output is the same either way (under flash attention)",
     )
     p.add_argument(
         "--draft",

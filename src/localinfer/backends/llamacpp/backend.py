@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -29,7 +30,7 @@ from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.draft_model import DraftModel
 from localinfer.backends.llamacpp.embedder import Embedder, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
-from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.backends.llamacpp.model import LlamaModel, check_attention
 from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
 from localinfer.backends.llamacpp.rerank import rerank_prompts
 from localinfer.backends.llamacpp.sampling import build_sampler
@@ -39,8 +40,10 @@ from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
 from localinfer.types import PRIORITY_RANK, GenerationRequest, TokenStream
 
+log = logging.getLogger(__name__)
+
 # On a CPU, a step's cost grows with every token past the first (SmolLM2 Q4_1 on 2 cores: 30 ms for one token,
-# 16-20 ms a token for 2-63, 7 ms from 64 on: step_costs.py), so once two slots generate a drafted token costs nearly
+# 16-20 ms a token for 2-63: step_costs.py), so once two slots generate a drafted token costs nearly
 # what a generated one does: with 8 streams, prompt lookup took aggregate tok/s from 1.03x to 0.84x of llama-server's
 # (docs/benchmarks.md). Drafts are fed there only while one slot generates; a model offloaded to a GPU, whose steps
 # cost about the same up to dozens of tokens, drafts for every slot. (The step costs would say the same; the rule
@@ -126,10 +129,18 @@ class LlamaCppBackend(Backend):
         self._constraints = ConstraintCompiler(model.vocab)
         source = self._draft_source or functools.partial(NgramDraft, recent=RecentOutputs())  # a pool per model
         how = drafting(spec, model, source, self._draft_model, self._drafting_slots)
+        if how is not None and spec.flash_attn == "off":
+            log.warning(
+                "%s: drafts are verified with plain attention (--flash-attn off), which computes a step of several "
+                "tokens with another kernel, so greedy output may differ from --spec off and from run to run; add "
+                "--spec off for the same text",
+                spec.path.name,
+            )
         self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=how, costs=self._step_costs)
         self._loop.start()
 
     def preflight(self, spec: LoadSpec) -> None:
+        check_attention(spec)
         if spec.speculation == "draft":
             DraftModel.check(spec)
 

@@ -72,12 +72,13 @@ GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q
 
 
 # Flash attention: "auto" is llama.cpp's choice, on wherever the device can run it, a CPU included, as llama-server
-# does. On a CPU, plain attention (a matrix product, softmax, a matrix product) can generate much faster: SmolLM2
-# Q4_1 on 2 cores takes 31 ms a token with flash attention 1,000 tokens into a context and 15.5 ms without it, 62
-# against 21 ms at 3,000; Gemma 3 270M takes the same either way (docs/benchmarks.md). It is not the default because
-# plain attention's results depend on how many of a sequence's tokens a step computes (another matrix kernel), so a
-# step that verifies a draft changes greedy text (measured: SmolLM2's story differed with prompt lookup), while
-# flash attention computes each token's row alone; and its attention scores take memory that grows with the context.
+# does. On a CPU, plain attention (a matrix product, softmax, a matrix product) can generate much faster: llama-bench
+# decodes SmolLM2 Q4_1 on 2 cores at 93.6 tok/s without it 1,000 tokens into a context and 37.7 with it, 53.3 against
+# 14.4 at 3,000; Gemma 3 270M the same either way (docs/benchmarks.md). It is not the default because plain
+# attention's results depend on how many of a sequence's tokens a step computes (another matrix kernel), so a step
+# that verifies a draft changes greedy text (test_attention.py), while flash attention computes each token's row
+# alone; so with it off, prompt lookup is off unless asked for (Settings.speculation). Its attention scores also
+# take memory that grows with the context (SmolLM2 at 8,192 tokens: a compute buffer of 166 MiB, not 98).
 FLASH_ATTN_TYPES = {
     "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -86,20 +87,11 @@ FLASH_ATTN_TYPES = {
 
 
 def check_attention(spec: LoadSpec) -> None:
-    """Refuse plain attention with a quantized value cache (llama.cpp reads those only in flash attention), and
-    warn that drafts verified with plain attention may change greedy output."""
-    if spec.flash_attn != "off":
-        return
-    if _quantized(spec.cache_type_v):
+    """Refuse plain attention with a quantized value cache: llama.cpp reads one only in flash attention."""
+    if spec.flash_attn == "off" and _quantized(spec.cache_type_v):
         raise ModelLoadError(
             f"a {spec.cache_type_v} value cache needs flash attention, and --flash-attn is off",
             hint="drop --flash-attn off, or keep the values in f16 (--cache-type-v f16)",
-        )
-    if spec.speculation != "off" and spec.draft_max > 0:
-        log.warning(
-            "%s: with --flash-attn off, a step that verifies a draft computes attention with another kernel, so "
-            "greedy output may differ from --spec off; add --spec off for the same text",
-            spec.path.name,
         )
 
 
@@ -199,8 +191,8 @@ class LlamaModel:
         # checkpoints it so prefix reuse still works (llama-server does the same; full size costs 2-5x memory).
         cparams.swa_full = False
         cparams.no_perf = True
-        # A quantized value cache needs flash attention: llama.cpp turns it on (flash_attn_type is auto), or
-        # refuses where the model or device cannot use it.
+        # A quantized value cache needs flash attention: with "auto" llama.cpp turns it on, or refuses where the
+        # model or device cannot use it ("off" is refused before: check_attention).
         cparams.type_k = GGML_TYPES[spec.cache_type_k]
         cparams.type_v = GGML_TYPES[spec.cache_type_v]
         cparams.flash_attn_type = FLASH_ATTN_TYPES[spec.flash_attn]

@@ -20,8 +20,10 @@ LOOKUP_SIZES = (6, 4)
 # to MATCH_CHECKED tokens back, and at least SHORT_REACH tokens.
 MATCH_CHECKED = 32
 SHORT_REACH = 8
-# Generated tokens kept from recent requests, the newest outputs first (about 3 MB of index at most).
+# What is kept from recent requests' outputs, the newest first: RECENT_TOKENS generated tokens (about 5 MB of index)
+# in at most RECENT_OUTPUTS outputs (each is searched at every step: short ones must not pile up).
 RECENT_TOKENS = 16384
+RECENT_OUTPUTS = 64
 
 
 class TextIndex:
@@ -67,23 +69,28 @@ class TextIndex:
 
 
 class RecentOutputs:
-    """What the model generated for recent requests, each output indexed as it is written, ``max_tokens`` in all
-    at most (the oldest go first, when an output is opened). Used from the step loop's thread only."""
+    """What the model generated for recent requests, each output indexed as it is written. When an output is opened
+    the oldest go, until the others hold at most ``max_tokens`` and ``max_outputs`` - 1 of them (an output being
+    written grows past that by its request's own tokens). Used from the step loop's thread only."""
 
-    def __init__(self, max_tokens: int = RECENT_TOKENS) -> None:
+    def __init__(self, max_tokens: int = RECENT_TOKENS, max_outputs: int = RECENT_OUTPUTS) -> None:
         self._outputs: deque[TextIndex] = deque()
         self._max_tokens = max_tokens
+        self._max_outputs = max_outputs
+
+    def __len__(self) -> int:
+        return len(self._outputs)
 
     def open(self) -> TextIndex:
         """A new output, to be extended as its request generates."""
         output = TextIndex()
         total = sum(len(o.tokens) for o in self._outputs)
-        while self._outputs and total > self._max_tokens:
+        while self._outputs and (total > self._max_tokens or len(self._outputs) >= self._max_outputs):
             total -= len(self._outputs.popleft().tokens)
         self._outputs.append(output)
         return output
 
-    def find(self, context: Sequence[int], besides: TextIndex) -> tuple[TextIndex, int, int] | None:
+    def find(self, context: Sequence[int], besides: TextIndex | None) -> tuple[TextIndex, int, int] | None:
         """The output other than ``besides`` whose text before what follows the end of ``context`` matches it the
         longest (the newest on a tie), with where that is and how long the match (TextIndex.find)."""
         best: tuple[TextIndex, int, int] | None = None
@@ -96,16 +103,19 @@ class RecentOutputs:
 
 class NgramDraft:
     """Prompt lookup over one request's text (prompt, then output) and, given ``recent``, what the model generated
-    for other requests; this request's output joins ``recent`` as it is generated."""
+    for other requests; this request's output joins ``recent`` from its first token on (a request that generates
+    nothing, such as an editor warming the cache, adds nothing)."""
 
     def __init__(self, prompt: Sequence[int], recent: RecentOutputs | None = None) -> None:
         self._text = TextIndex(prompt)
         self._recent = recent
-        self._output = recent.open() if recent is not None else None
+        self._output: TextIndex | None = None
 
     def extend(self, tokens: Sequence[int]) -> None:
         self._text.extend(tokens)
-        if self._output is not None:
+        if self._recent is not None and tokens:
+            if self._output is None:
+                self._output = self._recent.open()
             self._output.extend(tokens)
 
     def propose(self, n_max: int) -> list[int]:
@@ -116,9 +126,7 @@ class NgramDraft:
             return []
         text = self._text.tokens
         own = self._text.find(text)
-        other = None
-        if self._recent is not None and self._output is not None:
-            other = self._recent.find(text, besides=self._output)
+        other = self._recent.find(text, besides=self._output) if self._recent is not None else None
         if other is not None and (own is None or other[2] > own[1]):
             output, start, matched = other
             return output.tokens[start : start + _reach(n_max, matched)]

@@ -39,6 +39,11 @@ PREFILL_CHUNK_WHILE_GENERATING = 128
 # A prompt takes its prefix from another slot's cache only when that saves computing this many tokens or more:
 # the copy moves a whole context's keys and values (tens of MiB for a small model).
 MIN_SHARED_PREFIX = 256
+# A slot's step (its next token and the draft) stays under 64 tokens: ggml's CPU flash attention computes 64 or more
+# of a sequence's tokens with a tiled kernel (its products in f32) and fewer one row at a time (in f16), so a step of
+# 64 gives other logits than single tokens do, and verifying a 63-token draft changed SmolLM2's greedy text
+# (test_attention.py). Below 64 the rows are computed as a single token's are.
+MAX_SLOT_STEP = 63
 
 
 @dataclass(frozen=True)
@@ -277,11 +282,11 @@ class StepLoop:
 
     def _draft(self, slot: Slot, job: Job, width: int, room: int) -> list[int]:
         """The draft to verify after the slot's next token, in a step ``width`` tokens wide with that token: none
-        without speculation, and never more than the batch, the context and the request's token limit leave room
-        for."""
+        without speculation, and never more than the batch, the context, the request's token limit and
+        MAX_SLOT_STEP leave room for."""
         if job.speculation is None:
             return []
-        room = min(room, self._model.n_ctx - len(slot.cached) - 2)
+        room = min(room, self._model.n_ctx - len(slot.cached) - 2, MAX_SLOT_STEP - 1)
         if job.max_tokens is not None:
             room = min(room, job.max_tokens - job.generated - 1)
         return job.speculation.draft(room, width) if room > 0 else []
@@ -308,9 +313,13 @@ class StepLoop:
         if draft:
             del slot.cached[n_valid + accepted :]
             lc.llama_memory_seq_rm(self._memory, slot.seq_id, len(slot.cached), -1)
-        if job.speculation is not None and slot.job is job:
-            kept = [*draft[:accepted], *([] if slot.next_token is None else [slot.next_token])]
-            job.speculation.verified(draft, accepted, kept)
+        if job.speculation is None:
+            return
+        if slot.job is not job:  # the request ended in this step: the drafts it kept still join its text
+            job.speculation.source.extend(draft[:accepted])  # (so a recent output holds all of them)
+            return
+        kept = [*draft[:accepted], *([] if slot.next_token is None else [slot.next_token])]
+        job.speculation.verified(draft, accepted, kept)
 
     def _take(self, slot: Slot, job: Job, index: int, n_cached: int) -> int | None:
         """Sample at batch ``index`` (``n_cached`` tokens before it in the cache) and emit the token; None when
