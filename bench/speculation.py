@@ -196,8 +196,12 @@ def start_servers(args: argparse.Namespace, bin_dir: Path) -> dict[str, ManagedS
         servers[name] = ManagedServer(
             name, [*llama, "--port", str(port), *extra], port, logs / f"speculation-{name}.log"
         )
-    for server in servers.values():
-        server.start()
+    try:
+        for server in servers.values():
+            server.start()
+    except BaseException:
+        stop_all(servers)  # those already up (stop is a no-op for one that never started)
+        raise
     assert list(servers) == engine_names(args)
     return servers
 

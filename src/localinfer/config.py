@@ -157,7 +157,8 @@ class Settings(BaseSettings):
         64,
         ge=0,
         le=256,
-        description="Most tokens one draft proposes (0: no speculation). Prompt lookup drafts 64 at most.",
+        description="Most tokens one draft proposes (0: no speculation); a slot's step stays under 64 tokens, so a "
+        "draft has 62 at most.",
     )
     draft_min: int = Field(0, ge=0, le=256, description="A shorter draft is not verified.")
     engine_args: list[str] = Field(

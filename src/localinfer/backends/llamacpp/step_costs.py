@@ -4,9 +4,9 @@ A draft pays when the tokens it is expected to add are worth more than what it a
 a constant: on a 2-core CPU, SmolLM2 (Q4_1) computes one token in ~30 ms and every token of a 2-63 token batch in
 16-20 ms (and of one sequence's 64 or more in ~7 ms, flash attention's tiled kernel, which a slot's step does not
 reach: step_loop.MAX_SLOT_STEP), while Gemma 3 (Q4_K_M) falls smoothly from 25 ms to 7 ms a token; on a GPU,
-dozens of tokens cost what one does. So the loop times each step
-whose tokens all ask for logits (generating slots and their drafts: a prompt chunk's tokens are cheaper) and
-speculative.py asks this table what a wider step would cost.
+dozens of tokens cost what one does. So the loop times each step whose tokens all ask for logits (generating slots
+and their drafts: a prompt chunk's tokens are cheaper) and speculative.py asks this table what a wider step would
+cost.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class StepCosts:
         nearest widths measured on either side. Below the narrowest measured, it is that step's cost per token
         (while several slots generate, a one-token step may never come). Past the widest measured it is a guess,
         the cheaper of going on from there and of a one-token step plus UNMEASURED_TOKEN_SHARE of one per token, so
-        that a wider kernel (a CPU's past 63 tokens) gets tried. None until a step has been measured."""
+        that a width whose tokens cost less (a GPU's, or another kernel's) gets tried. None until a step has been
+        measured."""
         if not self._widths or width <= 0:
             return None
         known = self._ms.get(width)
