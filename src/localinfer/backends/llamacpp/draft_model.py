@@ -20,6 +20,7 @@ import numpy as np
 from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.job import common_prefix
 from localinfer.backends.llamacpp.model import LlamaModel, vocabulary
+from localinfer.backends.llamacpp.sampling import logits_at
 from localinfer.errors import ModelLoadError
 
 # A drafted token's probability under the draft model must reach this (llama-server's --draft-p-min: 0.75 in its
@@ -162,7 +163,7 @@ class DraftModel:
 
     def _most_likely(self) -> tuple[int, float]:
         """The most likely next token after the last decode, and its probability."""
-        logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, -1), shape=(self._n_vocab,))
+        logits = logits_at(self._ctx, -1, self._n_vocab)
         top = int(logits.argmax())
         return top, float(1.0 / np.exp(logits - logits[top]).sum())
 

@@ -66,6 +66,7 @@ class Job:
     deliver: Delivery
     text: TextStream
     cache_prompt: bool = True
+    greedy: bool = False  # the sampler is the greedy one alone: the step loop takes the logits' argmax instead
     cancelled: bool = False
     cached_tokens: int = 0
     generated: int = 0

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import ctypes
-
 import llama_cpp.llama_cpp as lc
 import numpy as np
 
 from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.backends.llamacpp.sampling import logits_at
 from localinfer.types import TokenLogprob
 
 
 def token_logprob(model: LlamaModel, ctx: lc.llama_context_p, batch_index: int, token: int, n_top: int) -> TokenLogprob:
     """``token``'s log-probability under the model's distribution at ``batch_index`` (the log-softmax of its raw
     logits), and the ``n_top`` most likely tokens there, most likely first."""
-    n_vocab = lc.llama_vocab_n_tokens(model.vocab)
-    pointer = lc.llama_get_logits_ith(ctx, batch_index)
-    logits = np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
+    logits = logits_at(ctx, batch_index, lc.llama_vocab_n_tokens(model.vocab))
     peak = float(logits.max())
     log_total = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
     top: tuple[tuple[str, bytes, float], ...] = ()

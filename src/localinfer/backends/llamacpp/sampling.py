@@ -1,10 +1,14 @@
-"""Per-request sampler chains (llama.cpp's C samplers), with an output constraint first when one is asked."""
+"""Per-request sampler chains (llama.cpp's C samplers), with an output constraint first when one is asked, and the
+greedy token read straight from the logits where the chain would be the greedy sampler alone."""
 
 from __future__ import annotations
 
+import ctypes
 from typing import cast
 
 import llama_cpp.llama_cpp as lc
+import numpy as np
+import numpy.typing as npt
 
 from localinfer.backends.llamacpp.constraint import Constraint
 from localinfer.types import SamplingParams
@@ -25,7 +29,7 @@ def build_sampler(
     chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
     if constraint is not None:
         lc.llama_sampler_chain_add(chain, constraint.new_sampler())
-    if params.repeat_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
+    if _penalized(params):
         lc.llama_sampler_chain_add(
             chain,
             lc.llama_sampler_init_penalties(
@@ -53,3 +57,26 @@ def build_sampler(
     seed = lc.LLAMA_DEFAULT_SEED if params.seed is None else params.seed & 0xFFFFFFFF
     lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed))
     return cast("lc.llama_sampler_p", chain)
+
+
+def is_plain_greedy(params: SamplingParams, constraint: Constraint | None) -> bool:
+    """Whether build_sampler's chain for these is the greedy sampler alone (no constraint's mask, no penalties), so
+    its token is the logits' argmax and greedy_token may take it instead."""
+    return constraint is None and params.temperature <= 0 and not _penalized(params)
+
+
+def greedy_token(ctx: lc.llama_context_p, batch_index: int, n_vocab: int) -> int:
+    """The token of highest logit at ``batch_index``, the first of equals as llama.cpp's greedy sampler picks it:
+    what a chain of the greedy sampler alone samples, without the candidate array llama_sampler_sample builds over
+    the whole vocabulary first (Gemma 3's 262,144 tokens: 0.78 ms a token against 0.04 ms, on a 2-core VM)."""
+    return int(logits_at(ctx, batch_index, n_vocab).argmax())
+
+
+def logits_at(ctx: lc.llama_context_p, batch_index: int, n_vocab: int) -> npt.NDArray[np.float32]:
+    """The raw logits llama.cpp computed at ``batch_index`` of the last decode, as a view (valid until the next)."""
+    pointer = ctypes.cast(lc.llama_get_logits_ith(ctx, batch_index), ctypes.POINTER(ctypes.c_float))
+    return np.ctypeslib.as_array(pointer, shape=(n_vocab,))
+
+
+def _penalized(params: SamplingParams) -> bool:
+    return params.repeat_penalty != 1.0 or bool(params.frequency_penalty) or bool(params.presence_penalty)

@@ -26,6 +26,7 @@ from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.logprobs import token_logprob
 from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.backends.llamacpp.sampling import greedy_token
 from localinfer.backends.llamacpp.speculative import DraftFactory, Speculation
 from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.errors import GenerationFailed
@@ -79,6 +80,7 @@ class StepLoop:
         assert model.ctx is not None, "the step loop needs a loaded model"
         self._ctx: lc.llama_context_p = model.ctx
         self._memory = lc.llama_get_memory(self._ctx)
+        self._n_vocab = int(lc.llama_vocab_n_tokens(model.vocab))
         self._n_swa = model.n_swa
         weighing = drafting is not None and drafting.weigh_costs
         self._costs = (costs if costs is not None else StepCosts()) if weighing else None
@@ -326,7 +328,10 @@ class StepLoop:
         the request ended here (finished, or failed alone), else the token to go on from."""
         model = self._model
         try:
-            token = lc.llama_sampler_sample(job.sampler, self._ctx, index)
+            if job.greedy:
+                token = greedy_token(self._ctx, index, self._n_vocab)
+            else:
+                token = lc.llama_sampler_sample(job.sampler, self._ctx, index)
             if job.generated == 0:
                 job.t_first_token = time.perf_counter()
             if model.is_eog(token) and not job.ignore_eos:
