@@ -3,15 +3,19 @@
 Engines, started once and alive together, each on the same model file with one slot, the same threads and
 context: `localinfer-f16`, `localinfer-q8_0` (`serve -ctk q8_0 -ctv q8_0`), `llama-server-f16` and
 `llama-server-q8_0` (`-ctk q8_0 -ctv q8_0`). Each round sends every engine, in an order that rotates, the same
-greedy request: a ~1,000-token document and a 200-token reply (`ignore_eos`), with a line naming the round first
-so no cache shortens it. Reported: median decode tok/s with the min-max over rounds, and q8_0 / f16 per engine,
-computed within each round.
+greedy request: a document (~1,000 tokens by default, `--prompt-chars`) and a 200-token reply (`ignore_eos`), with a
+line naming the round first so no cache shortens it. Reported: median decode tok/s and prompt tok/s (prompt tokens
+over the time to the first token, seen by the client) with the min-max over rounds, and q8_0 / f16 per engine for
+both, computed within each round. On a CPU the two move apart: a quantized cache takes ggml's row-by-row flash
+attention for a prompt (its tiled kernel is for f16 and f32 caches only), and its one-token steps accumulate values
+in f32 where an f16 cache accumulates in f16.
 
 Perplexity: `llama-perplexity` on the quantize command's default text, f16 against q8_0 keys and values (the KV
 cache type is llama.cpp's; localinfer's cache is the same code). The KV cache's bytes per slot are measured in
 tests/app/server/test_kv_cache_types.py (q8_0 <= 55 % of f16).
 
-Usage: .venv/bin/python bench/kv_cache.py --model PATH.gguf [--rounds 5] [--tokens 200] [--plot PNG]
+Usage: .venv/bin/python bench/kv_cache.py --model PATH.gguf [--rounds 5] [--tokens 200] [--prompt-chars 4000]
+    [--plot PNG]
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ def main() -> int:
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--tokens", type=int, default=200)
+    p.add_argument("--prompt-chars", type=int, default=4000, help="characters of the document (4 a token or so)")
     p.add_argument("--chunks", type=int, default=8, help="perplexity chunks of 512 tokens")
     p.add_argument("--llama-cpp-bin", type=Path)
     p.add_argument("--plot", type=Path)
@@ -89,10 +94,11 @@ def main() -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     bin_dir = llama_cpp_bin(args.llama_cpp_bin)
-    document = TEXT.read_text(encoding="utf-8")[:4000]
+    document = TEXT.read_text(encoding="utf-8")[: args.prompt_chars]
     servers = start_servers(args, bin_dir)
     names = list(servers)
     tps: dict[str, list[float]] = {n: [] for n in names}
+    prompt_tps: dict[str, list[float]] = {n: [] for n in names}
     try:
         with httpx.Client(timeout=600.0) as client:
             for round_no in range(args.rounds + 1):  # round 0 warms every engine up and is not counted
@@ -108,16 +114,22 @@ def main() -> int:
                     stats = stream_openai(client, servers[name].base_url, "/v1/completions", body)
                     if round_no:
                         tps[name].append(stats.decode_tps)
+                        prompt_tps[name].append((stats.prompt_tokens or 0) / stats.ttft_s)
                 print(f"round {round_no} done", file=sys.stderr)
     finally:
         for server in servers.values():
             server.stop()
     rounds = range(args.rounds)
+    engines = ("localinfer", "llama-server")
     report: dict[str, Any] = {
         "tok_s": {n: spread(v) for n, v in tps.items()},
         "q8_0/f16": {
-            engine: spread([tps[f"{engine}-q8_0"][i] / tps[f"{engine}-f16"][i] for i in rounds])
-            for engine in ("localinfer", "llama-server")
+            engine: spread([tps[f"{engine}-q8_0"][i] / tps[f"{engine}-f16"][i] for i in rounds]) for engine in engines
+        },
+        "prompt_tok_s": {n: spread(v) for n, v in prompt_tps.items()},
+        "prompt q8_0/f16": {
+            engine: spread([prompt_tps[f"{engine}-q8_0"][i] / prompt_tps[f"{engine}-f16"][i] for i in rounds])
+            for engine in engines
         },
         "perplexity": {kv: perplexity(bin_dir, args, kv) for kv in TYPES},
     }
@@ -130,13 +142,15 @@ def main() -> int:
 
 
 def render(report: dict[str, Any], names: list[str]) -> str:
-    lines = ["| engine | decode tok/s (median, min-max) |", "|---|---|"]
+    def cell(s: dict[str, float], digits: int) -> str:
+        return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
+
+    lines = ["| engine | decode tok/s (median, min-max) | prompt tok/s (median, min-max) |", "|---|---|---|"]
     for name in names:
-        s = report["tok_s"][name]
-        lines.append(f"| {name} | {s['median']:.1f} ({s['min']:.1f}-{s['max']:.1f}) |")
-    lines += ["", "| engine | q8_0 / f16 decode | min-max |", "|---|---|---|"]
+        lines.append(f"| {name} | {cell(report['tok_s'][name], 1)} | {cell(report['prompt_tok_s'][name], 1)} |")
+    lines += ["", "| engine | q8_0 / f16 decode (min-max) | q8_0 / f16 prompt (min-max) |", "|---|---|---|"]
     for engine, s in report["q8_0/f16"].items():
-        lines.append(f"| {engine} | {s['median']:.2f} | {s['min']:.2f}-{s['max']:.2f} |")
+        lines.append(f"| {engine} | {cell(s, 2)} | {cell(report['prompt q8_0/f16'][engine], 2)} |")
     ppl = report["perplexity"]
     lines += ["", f"perplexity f16 {ppl['f16']:.4f}, q8_0 {ppl['q8_0']:.4f} ({ppl['q8_0'] / ppl['f16'] - 1:+.2%})"]
     return "\n".join(lines)
@@ -148,14 +162,16 @@ def plot(report: dict[str, Any], names: list[str], path: Path, title: str) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    stats = [report["tok_s"][n] for n in names]
-    medians = [s["median"] for s in stats]
-    errors = [[s["median"] - s["min"] for s in stats], [s["max"] - s["median"] for s in stats]]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.bar(names, medians, yerr=errors, capsize=4, color=["C0", "C1", "C0", "C1"])
-    ax.set_ylabel("decode tok/s (median, min-max)")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, label in zip(axes, ("tok_s", "prompt_tok_s"), ("decode", "prompt"), strict=True):
+        stats = [report[key][n] for n in names]
+        medians = [s["median"] for s in stats]
+        errors = [[s["median"] - s["min"] for s in stats], [s["max"] - s["median"] for s in stats]]
+        ax.bar(names, medians, yerr=errors, capsize=4, color=["C0", "C1", "C0", "C1"])
+        ax.set_ylabel(f"{label} tok/s (median, min-max)")
+        ax.tick_params(axis="x", labelrotation=15)
     ppl = report["perplexity"]
-    ax.set_title(f"KV cache f16 vs q8_0: {title} (PPL {ppl['f16']:.3f} vs {ppl['q8_0']:.3f})")
+    fig.suptitle(f"KV cache f16 vs q8_0: {title} (PPL {ppl['f16']:.3f} vs {ppl['q8_0']:.3f})")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
