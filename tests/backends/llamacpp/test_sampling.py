@@ -1,17 +1,21 @@
 """The greedy token read straight from the logits (greedy_token) against llama.cpp's own greedy sampler, on real
-logits of both models, ties included; and which requests take that way (the chain would be greedy alone)."""
+logits of both models, ties included; which chains are the greedy sampler alone; and that the backend takes the
+logits' way for those requests only."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import llama_cpp.llama_cpp as lc
 import pytest
 
+from localinfer.backends.base import LoadSpec
+from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
-from localinfer.backends.llamacpp.sampling import build_sampler, greedy_token, is_plain_greedy, logits_at
+from localinfer.backends.llamacpp.sampling import build_sampler, greedy_token, is_greedy_alone, logits_at
 from localinfer.models.store import Manifest
-from localinfer.types import ResponseFormat, SamplingParams
+from localinfer.types import GenerationOptions, GenerationRequest, ResponseFormat, SamplingParams
 
 pytestmark = pytest.mark.model
 
@@ -83,28 +87,69 @@ def test_of_tied_logits_greedy_token_takes_the_first_as_the_greedy_sampler_does(
 
 
 @pytest.mark.parametrize(
-    ("params", "plain"),
+    ("params", "alone"),
     [
         (SamplingParams(temperature=0), True),
+        (SamplingParams(temperature=-1), True),
         (SamplingParams(temperature=0, top_k=1, top_p=0.5), True),  # greedy ignores the truncations
+        (SamplingParams(temperature=0, infill=True), True),  # the infill sampler is for sampled replies
         (SamplingParams(temperature=0, repeat_penalty=1.1), False),
         (SamplingParams(temperature=0, presence_penalty=0.5), False),
         (SamplingParams(temperature=0, frequency_penalty=0.5), False),
         (SamplingParams(temperature=0.7, seed=1), False),
     ],
 )
-def test_a_request_is_plain_greedy_only_where_its_chain_is_the_greedy_sampler_alone(
-    params: SamplingParams, plain: bool
+def test_a_chain_is_greedy_alone_only_when_build_sampler_adds_nothing_to_the_greedy_sampler(
+    decoded: Decoded, params: SamplingParams, alone: bool
 ) -> None:
-    chain = build_sampler(49152, params)
+    chain = build_sampler(decoded.n_vocab, params, vocab=decoded.vocab)
     try:
-        assert (lc.llama_sampler_chain_n(chain) == 1) is plain
+        assert is_greedy_alone(chain) is alone
+        assert (lc.llama_sampler_chain_n(chain) == 1) is alone
     finally:
         lc.llama_sampler_free(chain)
-    assert is_plain_greedy(params, None) is plain
 
 
-def test_a_constrained_greedy_request_is_not_plain_greedy(decoded: Decoded) -> None:
+def test_a_constrained_greedy_chain_is_not_greedy_alone(decoded: Decoded) -> None:
     constraint = ConstraintCompiler(decoded.vocab).compile(ResponseFormat("json_object"))
     assert constraint is not None
-    assert not is_plain_greedy(SamplingParams(temperature=0), constraint)
+    chain = build_sampler(decoded.n_vocab, SamplingParams(temperature=0), constraint)
+    try:
+        assert not is_greedy_alone(chain)
+    finally:
+        lc.llama_sampler_free(chain)
+
+
+async def test_the_backend_samples_only_what_is_not_plain_greedy_through_llama_cpps_sampler(
+    smollm2: Manifest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = 0
+    sample = lc.llama_sampler_sample
+
+    def counted(*args: Any) -> int:
+        nonlocal calls
+        calls += 1
+        return int(sample(*args))
+
+    monkeypatch.setattr(lc, "llama_sampler_sample", counted)
+    backend = LlamaCppBackend()
+    await backend.load(LoadSpec(path=smollm2.path, ctx_size=512, parallel=1, threads=2))
+
+    async def generated(sampling: SamplingParams, **options: Any) -> str:
+        request = GenerationRequest("test", "Count: 1, 2, 3,", GenerationOptions(sampling=sampling, **options))
+        return "".join([chunk.text async for chunk in backend.generate(request)])
+
+    try:
+        greedy = await generated(SamplingParams(temperature=0), max_tokens=12, ignore_eos=True)
+        assert greedy and calls == 0
+        await generated(SamplingParams(temperature=0.7, seed=3), max_tokens=12, ignore_eos=True)
+        assert calls == 12
+        barely_penalized = SamplingParams(temperature=0, repeat_penalty=1.0001)
+        penalized = await generated(barely_penalized, max_tokens=12, ignore_eos=True)
+        assert calls == 24
+        assert penalized == greedy  # a penalty too small to move a token: the chain's greedy pick is the argmax's
+        json_object = ResponseFormat("json_object")
+        await generated(SamplingParams(temperature=0), max_tokens=4, response_format=json_object)
+        assert calls > 24
+    finally:
+        await backend.unload()

@@ -33,7 +33,7 @@ from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel, check_attention
 from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
 from localinfer.backends.llamacpp.rerank import rerank_prompts
-from localinfer.backends.llamacpp.sampling import build_sampler, is_plain_greedy
+from localinfer.backends.llamacpp.sampling import build_sampler, is_greedy_alone
 from localinfer.backends.llamacpp.speculative import PromptDraftFactory
 from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
@@ -176,7 +176,7 @@ class LlamaCppBackend(Backend):
             request_id=request.request_id,
             prompt=prompt,
             sampler=sampler,
-            greedy=is_plain_greedy(options.sampling, constraint),
+            greedy=is_greedy_alone(sampler),
             max_tokens=options.max_tokens,
             ignore_eos=options.ignore_eos,
             cache_prompt=options.cache_prompt,

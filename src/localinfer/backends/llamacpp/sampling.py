@@ -3,7 +3,6 @@ greedy token read straight from the logits where the chain would be the greedy s
 
 from __future__ import annotations
 
-import ctypes
 from typing import cast
 
 import llama_cpp.llama_cpp as lc
@@ -29,7 +28,7 @@ def build_sampler(
     chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
     if constraint is not None:
         lc.llama_sampler_chain_add(chain, constraint.new_sampler())
-    if _penalized(params):
+    if params.repeat_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
         lc.llama_sampler_chain_add(
             chain,
             lc.llama_sampler_init_penalties(
@@ -59,24 +58,23 @@ def build_sampler(
     return cast("lc.llama_sampler_p", chain)
 
 
-def is_plain_greedy(params: SamplingParams, constraint: Constraint | None) -> bool:
-    """Whether build_sampler's chain for these is the greedy sampler alone (no constraint's mask, no penalties), so
-    its token is the logits' argmax and greedy_token may take it instead."""
-    return constraint is None and params.temperature <= 0 and not _penalized(params)
+def is_greedy_alone(chain: lc.llama_sampler_p) -> bool:
+    """Whether ``chain`` is llama.cpp's greedy sampler and nothing else (no constraint's mask, no penalties before
+    it), so that greedy_token takes the token it would sample. Read from the chain itself, so that a sampler added
+    to build_sampler's greedy chain one day takes the chain's way again."""
+    if lc.llama_sampler_chain_n(chain) != 1:
+        return False
+    return bool(lc.llama_sampler_name(lc.llama_sampler_chain_get(chain, 0)) == b"greedy")
 
 
 def greedy_token(ctx: lc.llama_context_p, batch_index: int, n_vocab: int) -> int:
-    """The token of highest logit at ``batch_index``, the first of equals as llama.cpp's greedy sampler picks it:
-    what a chain of the greedy sampler alone samples, without the candidate array llama_sampler_sample builds over
-    the whole vocabulary first (Gemma 3's 262,144 tokens: 0.78 ms a token against 0.04 ms, on a 2-core VM)."""
+    """The token of highest logit at ``batch_index``, the first of equals: what llama.cpp's greedy sampler alone
+    picks, without the candidate array of the whole vocabulary that llama_sampler_sample builds first (the time it
+    saves: docs/benchmarks.md). One difference: of logits that include NaN, this picks the first NaN, where
+    llama.cpp's comparison passes over any NaN but one at index 0."""
     return int(logits_at(ctx, batch_index, n_vocab).argmax())
 
 
 def logits_at(ctx: lc.llama_context_p, batch_index: int, n_vocab: int) -> npt.NDArray[np.float32]:
     """The raw logits llama.cpp computed at ``batch_index`` of the last decode, as a view (valid until the next)."""
-    pointer = ctypes.cast(lc.llama_get_logits_ith(ctx, batch_index), ctypes.POINTER(ctypes.c_float))
-    return np.ctypeslib.as_array(pointer, shape=(n_vocab,))
-
-
-def _penalized(params: SamplingParams) -> bool:
-    return params.repeat_penalty != 1.0 or bool(params.frequency_penalty) or bool(params.presence_penalty)
+    return np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, batch_index), shape=(n_vocab,))
