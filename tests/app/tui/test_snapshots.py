@@ -16,6 +16,7 @@ from localinfer.app.tui.app import LocalInferApp
 from localinfer.app.tui.conversations import ConversationSettings, ConversationStore
 from localinfer.app.tui.screens.chat import ChatScreen
 from localinfer.app.tui.screens.models import ModelsScreen
+from localinfer.app.tui.widgets.prompt import PromptInput
 from localinfer.app.tui.widgets.status import StatusBar
 from localinfer.client.base import ClientStatus, InferenceClient, LoadedModelStatus
 from localinfer.config import Settings
@@ -97,10 +98,13 @@ def snapshot_app(
 
 
 async def settled(pilot: Pilot[None]) -> None:
-    """Wait until the model is loaded and the screen has drawn what it fetched."""
+    """Wait until the model is loaded and the screen has drawn what it fetched, with the prompt's cursor held still
+    (it blinks every half second, and on a loaded machine the picture was taken in either phase)."""
     app = pilot.app
     assert isinstance(app, LocalInferApp)
     await wait_for(lambda: isinstance(app.screen, ChatScreen) and not app.screen.query_one(StatusBar).activity)
+    for prompt in app.screen.query(PromptInput):
+        prompt.cursor_blink = False
     await pilot.pause()
 
 
