@@ -33,6 +33,7 @@ import httpx
 from benchlib import (
     REPO_ROOT,
     RESULTS_DIR,
+    BenchError,
     ManagedServer,
     free_port,
     install_sigterm_handler,
@@ -114,7 +115,9 @@ def main() -> int:
                     stats = stream_openai(client, servers[name].base_url, "/v1/completions", body)
                     if round_no:
                         tps[name].append(stats.decode_tps)
-                        prompt_tps[name].append((stats.prompt_tokens or 0) / stats.ttft_s)
+                        if not stats.prompt_tokens:
+                            raise BenchError(f"{name} reported no prompt tokens in its usage")
+                        prompt_tps[name].append(stats.prompt_tokens / stats.ttft_s)
                 print(f"round {round_no} done", file=sys.stderr)
     finally:
         for server in servers.values():
