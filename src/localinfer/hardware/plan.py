@@ -211,7 +211,8 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
 
 def _kv_cache_types(model: ModelProfile, overrides: Overrides, ctx: int, room: int) -> tuple[str, str, str]:
     """The KV cache's key and value types and why: as asked; else f16 when one slot of it a whole context long
-    fits beside the weights, else q8_0 (the context then shrinks only if even that does not fit)."""
+    fits beside the weights, else q8_0, for the keys only under plain attention (which cannot read quantized values);
+    the context then shrinks only if even that does not fit."""
     if overrides.cache_type_k or overrides.cache_type_v:
         type_k = overrides.cache_type_k or DEFAULT_KV_CACHE_TYPE
         type_v = overrides.cache_type_v or DEFAULT_KV_CACHE_TYPE
@@ -223,7 +224,7 @@ def _kv_cache_types(model: ModelProfile, overrides: Overrides, ctx: int, room: i
     # plain attention (--flash-attn off) reads quantized keys but not quantized values
     values = DEFAULT_KV_CACHE_TYPE if overrides.flash_attn == "off" else small
     share = kv_cache_scale(small, values)
-    kept = f"{small} keys and f16 values" if values != small else small
+    kept = f"{small} keys and {values} values" if values != small else small
     return (
         small,
         values,
