@@ -146,7 +146,9 @@ class Settings(BaseSettings):
         "tokens earlier in the prompt, the reply or the model's recent outputs are verified together, as many as "
         "pay), draft (a small model of the same vocabulary, the draft setting, guesses them) or off; unset means "
         "draft when a draft model is set, else ngram (off with flash_attn off). Greedy output is the same either "
-        "way, under flash attention; only the speed changes.",
+        "way where llama.cpp computes one token and several alike; on a CPU that holds within 256 tokens of context "
+        "(and below four-token steps for repacked weights), past which a near-tie can go the other way "
+        "(docs/benchmarks.md).",
     )
     draft: str | None = Field(
         None,

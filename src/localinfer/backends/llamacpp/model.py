@@ -77,8 +77,9 @@ GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q
 # 14.4 at 3,000; Gemma 3 270M the same either way (docs/benchmarks.md). It is not the default because plain
 # attention's results depend on how many of a sequence's tokens a step computes (another matrix kernel), so a step
 # that verifies a draft changes greedy text (test_attention.py), while flash attention computes each token's row
-# alone; so with it off, prompt lookup is off unless asked for (Settings.speculation). Its attention scores also
-# take memory that grows with the context (SmolLM2 at 8,192 tokens: a compute buffer of 166 MiB, not 98).
+# alone up to 256 cells (past that a lone token takes its split-KV kernel: test_step_width.py); so with it off,
+# prompt lookup is off unless asked for (Settings.speculation). Its attention scores also take memory that grows
+# with the context (SmolLM2 at 8,192 tokens: a compute buffer of 166 MiB, not 98).
 FLASH_ATTN_TYPES = {
     "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,

@@ -2,7 +2,8 @@
 
 The step loop feeds a generating slot's next token followed by a draft, samples at each position in turn with the
 request's own sampler, and keeps the draft up to the first token the sampler did not pick. Every token kept is one
-the target model sampled given the text before it, so greedy output is token for token what it is without a draft,
+the target model sampled given the text before it, so greedy output is token for token what it is without a draft
+wherever llama.cpp computes a token's logits alike in a step of one and of several (test_step_width.py says where),
 and sampled output follows the model's distribution (a draft that always proposes one token is the degenerate
 case of rejection sampling: accept it exactly when the sample equals it).
 

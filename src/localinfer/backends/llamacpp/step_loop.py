@@ -43,7 +43,9 @@ MIN_SHARED_PREFIX = 256
 # A slot's step (its next token and the draft) stays under 64 tokens: ggml's CPU flash attention computes 64 or more
 # of a sequence's tokens with a tiled kernel (its products in f32) and fewer one row at a time (in f16), so a step of
 # 64 gives other logits than single tokens do, and verifying a 63-token draft changed SmolLM2's greedy text
-# (test_attention.py). Below 64 the rows are computed as a single token's are.
+# (test_attention.py). Below 64 the rows are computed as a single token's are, within 256 cells of context (past
+# that ggml computes a lone token with its split-KV kernel) and, for Gemma 3's repacked weights, below four rows
+# (test_step_width.py).
 MAX_SLOT_STEP = 63
 
 
