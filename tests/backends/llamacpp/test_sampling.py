@@ -16,6 +16,7 @@ from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.sampling import build_sampler, greedy_token, is_greedy_alone, logits_at
 from localinfer.models.store import Manifest
 from localinfer.types import GenerationOptions, GenerationRequest, ResponseFormat, SamplingParams
+from tests.backends.llamacpp.raw_decode import decode_with_logits
 
 pytestmark = pytest.mark.model
 
@@ -42,11 +43,7 @@ class Decoded:
         assert n > 10
         self.n_tokens = n
         batch = lc.llama_batch_init(n, 0, 1)
-        for i in range(n):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tokens[i], i, 1
-            batch.seq_id[i][0], batch.logits[i] = 0, True
-        batch.n_tokens = n
-        assert lc.llama_decode(self.ctx, batch) == 0
+        decode_with_logits(self.ctx, batch, tokens[:n])
         lc.llama_batch_free(batch)
 
     def close(self) -> None:

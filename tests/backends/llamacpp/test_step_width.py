@@ -22,7 +22,7 @@ docs (docs/benchmarks.md, "Greedy identity") can follow.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import llama_cpp.llama_cpp as lc
 import numpy as np
@@ -33,6 +33,7 @@ from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import logits_at
 from localinfer.models.store import Manifest
+from tests.backends.llamacpp.raw_decode import decode_with_logits
 from tests.backends.llamacpp.test_speculation import greedy, loaded, reply
 
 pytestmark = pytest.mark.model
@@ -66,21 +67,14 @@ class Stepper:
             lc.llama_memory_seq_rm(memory, 0, cached, -1)
         else:
             lc.llama_memory_seq_rm(memory, 0, 0, -1)
-            self._decode(self.text[:cached], 0)
+            decode_with_logits(self.model.ctx, self.batch, self.text[:cached])
             self.prompt = cached
         rows: list[npt.NDArray[np.float32]] = []
         for start in range(cached, cached + FOLLOWING, width):
             tokens = self.text[start : min(start + width, cached + FOLLOWING)]
-            self._decode(tokens, start)
+            decode_with_logits(self.model.ctx, self.batch, tokens, start)
             rows.extend(logits_at(self.model.ctx, i, self.n_vocab).copy() for i in range(len(tokens)))
         return np.stack(rows)
-
-    def _decode(self, tokens: Sequence[int], start: int) -> None:
-        for i, token in enumerate(tokens):
-            self.batch.token[i], self.batch.pos[i], self.batch.n_seq_id[i] = token, start + i, 1
-            self.batch.seq_id[i][0], self.batch.logits[i] = 0, True
-        self.batch.n_tokens = len(tokens)
-        assert lc.llama_decode(self.model.ctx, self.batch) == 0
 
     def close(self) -> None:
         lc.llama_batch_free(self.batch)
