@@ -39,8 +39,12 @@ def reply_length(chat: ChatScreen) -> int:
 
 
 def long_reply_conversation(store: ConversationStore) -> int:
-    """A conversation whose replies may run to 3,000 tokens: long enough to be stopped."""
-    conversation = store.create(model="smollm2", settings=ConversationSettings(max_tokens=3000))
+    """A conversation whose replies run to 3,000 tokens: long enough to be stopped. Greedy, because a sampled reply
+    may end after ~150 tokens, and ``pilot.press`` waits for the busy process to idle (up to a second or more while
+    the model writes) before the test sees the reply start; SmolLM2's greedy replies to these prompts loop to the
+    limit."""
+    settings = ConversationSettings(temperature=0.0, max_tokens=3000)
+    conversation = store.create(model="smollm2", settings=settings)
     return conversation.id
 
 
