@@ -1,12 +1,11 @@
 """llama.cpp's own tools (llama-server, llama-quantize, llama-perplexity, llama-imatrix), built by
 bench/build-llama-cpp from the source llama-cpp-python vendors, for the tests that compare localinfer with them.
-Where they are not built yet, the first test that needs one builds them (once, cached: about 5 minutes); a build
+Where they are not built yet, the first test that needs one builds them (once, cached: several minutes); a build
 that fails fails the test. None of these tests is skipped."""
 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import os
 import subprocess
 import time
@@ -20,33 +19,27 @@ from tests.app.server.conftest import free_port
 
 
 def llama_tool(name: str) -> Path:
-    """``name`` where bench/build-llama-cpp caches its builds for the llama-cpp-python version installed (or the
-    path ``LOCALINFER_LLAMA_SERVER`` names, for llama-server), built first when it is not there."""
+    """``name`` in the folder where bench/build-llama-cpp keeps its build for this checkout's flags (or the path
+    ``LOCALINFER_LLAMA_SERVER`` names, for llama-server), built first when it is not there."""
     explicit = os.environ.get("LOCALINFER_LLAMA_SERVER")
     if name == "llama-server" and explicit:
         return Path(explicit)
-    found = _built(name) or (_build() and _built(name))
-    assert found, f"bench/build-llama-cpp built no {name}"
+    found = _bin_dir() / name
+    assert os.access(found, os.X_OK), f"bench/build-llama-cpp built no {name}"
     return found
 
 
-def _built(name: str) -> Path | None:
-    default_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "localinfer" / "build"
-    cache = Path(os.environ.get("LOCALINFER_BUILD_CACHE") or default_cache)
-    version = importlib.metadata.version("llama_cpp_python")
-    found = sorted(p for p in cache.glob(f"llama.cpp/{version}-*/bin/{name}") if os.access(p, os.X_OK))
-    return found[0] if found else None
-
-
 @functools.cache
-def _build() -> bool:
-    """Run bench/build-llama-cpp once per session (it rebuilds nothing that is cached)."""
+def _bin_dir() -> Path:
+    """Run bench/build-llama-cpp once per session: it prints the bin folder of the build for the current flags, and
+    rebuilds nothing that is cached. Asking it, rather than looking through the cache, keeps a build made with other
+    flags (an older version of the script) from being used."""
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
         ["bash", str(root / "bench" / "build-llama-cpp")], capture_output=True, text=True, timeout=3000, check=False
     )
     assert proc.returncode == 0, f"bench/build-llama-cpp failed:\n{proc.stderr[-4000:]}"
-    return True
+    return Path(proc.stdout.strip().splitlines()[-1])
 
 
 @contextmanager
