@@ -12,9 +12,11 @@ What was found (2026-11-26, llama.cpp as vendored by llama-cpp-python 0.3.36):
   queries or more take the per-row kernel. Logits then differ by up to ~1, and greedy picks can flip.
 - **q8_0 cache:** neither the split-KV nor the tiled kernel takes a quantized cache, so SmolLM2 (Q4_1 weights)
   computes alike at every width. Gemma 3's weights are not: its Q4_K matrices are repacked for this CPU, and ggml
-  multiplies them a row at a time below four rows and four at a time from four on; from eight rows its other
-  K-quant matrices take ggml's tiled kernel (``GGML_CPU_TILED_MM``). So on Gemma 3 only steps of one to three
-  tokens compute alike, whatever the cache.
+  multiplies them a row at a time below four rows and four at a time from four on. So on Gemma 3 only steps of one
+  to three tokens compute alike, whatever the cache. Which wider steps then agree among themselves depends on the
+  build, and is not asserted: with AVX512-FP16, eight rows differed from four; without it (scripts/setup since
+  2026-11-26), with an f16 cache, steps of 4, 8 and 16 agree and 5, 6 and 9 differ from them, and with a q8_0 cache
+  8 and 16 agree and differ from 4.
 
 These are facts of the kernels, not promises of llama.cpp: should a build change one, a test here says so and the
 docs (docs/benchmarks.md, "Greedy identity") can follow.
@@ -125,7 +127,6 @@ def test_a_q8_0_cache_computes_gemma3_alike_below_four_tokens_past_256_cells(ste
 def test_gemma3s_repacked_weights_compute_four_rows_otherwise_than_one(stepper: Stepper) -> None:
     one = stepper.logits(200, 1)  # within 256 cells, where attention computes alike at any width
     assert not alike(stepper.logits(200, 4), one)
-    assert not alike(stepper.logits(200, 8), stepper.logits(200, 4))  # and eight rows otherwise again
 
 
 async def test_with_a_q8_0_cache_prompt_lookup_keeps_smollm2s_greedy_text_past_256_cells(smollm2: Manifest) -> None:
