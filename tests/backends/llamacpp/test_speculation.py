@@ -262,7 +262,9 @@ QUOTES = [
 def batch_prompts(chat: bool) -> list[str]:
     if chat:
         return [f"<|im_start|>user\nRepeat this twice: {q}<|im_end|>\n<|im_start|>assistant\n" for q in QUOTES]
-    return [f"{q}\nAgain, word for word: {q}\nAgain, word for word:" for q in QUOTES]
+    # The base model's prompt ends with the quote's first word: without it, Gemma 3's first pick for the manual was a
+    # near-tie (" The" 0.53 logits over " Press"), which a batch of four computed the other way in one CI run.
+    return [f"{q}\nAgain, word for word: {q}\nAgain, word for word: {q.split()[0]}" for q in QUOTES]
 
 
 @pytest.mark.model
