@@ -21,9 +21,14 @@ pytestmark = pytest.mark.model
 SCHEMA_PARAM = "response_format.json_schema.schema"
 
 # Each once killed the server with a segmentation fault (a GBNF grammar grown by recursion). Each prompt asks
-# for something short, so that greedy output completes well within max_tokens.
+# for something short, so that greedy output completes well within max_tokens. The string's first pick leads the
+# next by 3.7 logits, and its closing quote by 1.7: "Reply with the word hello as a JSON string." had a start
+# byte of an emoji 0.09 ahead of "{" on an AMD CPU, and the reply repeated the emoji to the token limit.
 BOMBS: dict[str, tuple[dict[str, Any], str]] = {
-    "string maxLength 20000": ({"type": "string", "maxLength": 20000}, "Reply with the word hello as a JSON string."),
+    "string maxLength 20000": (
+        {"type": "string", "maxLength": 20000},
+        "What is the capital of France? Answer with its name only, as a JSON string.",
+    ),
     "array maxItems 30000": ({"type": "array", "maxItems": 30000}, "Reply with a JSON array of the numbers 1, 2, 3."),
     "pattern a{0,20000}": ({"pattern": "^a{0,20000}$"}, 'Say "aaa".'),
 }

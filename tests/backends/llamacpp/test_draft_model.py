@@ -8,7 +8,6 @@ seeded sampled reply is the same too. SmolLM2 and Gemma 3 have different vocabul
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import subprocess
 import sys
@@ -30,12 +29,15 @@ from localinfer.models.store import Manifest
 from localinfer.types import GenerationOptions, SamplingParams
 from tests.app.server.conftest import Server, serving
 from tests.backends.llamacpp.test_speculation import (
+    EDIT_REPLY,
+    alike_drafts,
     alone_and_in_a_batch_of_four,
     edit_case,
     greedy,
     loaded,
     replies,
     reply,
+    within_alike_cells,
 )
 
 pytestmark = pytest.mark.model
@@ -44,19 +46,20 @@ __all__ = ["edit_case"]  # the fixture, shared with the prompt lookup tests
 
 
 async def drafting_for_itself(manifest: Manifest) -> LlamaCppBackend:
-    return await loaded(manifest, speculation="draft", draft_path=manifest.path)
+    return await loaded(manifest, speculation="draft", draft_path=manifest.path, **alike_drafts(manifest))
 
 
 async def test_a_model_drafting_for_itself_keeps_every_draft_and_the_greedy_text(
     edit_case: tuple[Manifest, str],
 ) -> None:
     manifest, prompt = edit_case
-    [expected] = await replies(manifest, [prompt], greedy(96), speculation="off")
+    [expected] = await replies(manifest, [prompt], greedy(EDIT_REPLY), speculation="off")
     backend = await drafting_for_itself(manifest)
     try:
-        text, timings = await reply(backend, prompt, greedy(96))
+        text, timings = await reply(backend, prompt, greedy(EDIT_REPLY))
     finally:
         await backend.unload()
+    assert within_alike_cells(timings), timings
     assert text == expected and text.strip()
     assert timings.draft_n >= 48, timings  # most of the reply was drafted...
     assert timings.draft_n_accepted == timings.draft_n  # ...and every drafted token was the model's own pick
@@ -74,35 +77,14 @@ async def test_greedy_output_with_a_draft_model_inside_a_batch_of_four_is_the_ou
     assert drafted >= 40 and sum(timings.draft_n_accepted for _, timings in together) == drafted
 
 
-async def sampled_beside_a_companion(
-    manifest: Manifest, prompt: str, options: GenerationOptions, **spec: object
-) -> str:
-    """A reply computed while another stream keeps every step of the loop at two tokens or more.
-
-    llama.cpp's CPU kernels compute a one-token batch in another way than a larger one: on the machine this was
-    written on, a token's log-probabilities differ by up to 0.03 (0.14 among the ten likeliest) between the two,
-    while batches of 2 to 64 tokens agree to the bit. A seeded draw near a boundary then goes the other way. With a
-    companion stream, steps with a draft and steps without one use the same kernels, so the sampled replies with
-    and without drafts are comparable token for token."""
-    backend = await loaded(manifest, parallel=2, **spec)
-    try:
-        (text, _), _ = await asyncio.gather(reply(backend, prompt, options), reply(backend, COMPANION, greedy(200)))
-    finally:
-        await backend.unload()
-    return text
-
-
-COMPANION = "Count from one to a hundred in words: one, two, three,"
-
-
 async def test_a_seeded_sampled_reply_is_the_same_with_a_draft_model(edit_case: tuple[Manifest, str]) -> None:
     manifest, prompt = edit_case
     options = GenerationOptions(
         sampling=SamplingParams(temperature=0.7, top_k=40, top_p=0.95, seed=1234), max_tokens=64, ignore_eos=True
     )
-    without = await sampled_beside_a_companion(manifest, prompt, options, speculation="off")
-    with_draft = await sampled_beside_a_companion(
-        manifest, prompt, options, speculation="draft", draft_path=manifest.path
+    [without] = await replies(manifest, [prompt], options, speculation="off")
+    [with_draft] = await replies(
+        manifest, [prompt], options, speculation="draft", draft_path=manifest.path, **alike_drafts(manifest)
     )
     assert with_draft == without and without.strip()
 
