@@ -65,7 +65,7 @@ EDIT_REPLY = 88
 GEMMA3_ALIKE_ROWS = 3  # Gemma 3's repacked weights compute up to three rows of a step as lone tokens
 
 
-def alike_drafts(manifest: Manifest) -> dict[str, object]:
+def alike_drafts(manifest: Manifest) -> dict[str, int]:
     """Load options that keep a lone request's every step at a width llama.cpp computes as it does a lone token
     (within 256 cells): any width on SmolLM2; on Gemma 3, drafts short enough that a step stays under four rows.
     Wider steps on Gemma 3 keep greedy text only where no pick is a near-tie: the edit reply changed with 62-token
