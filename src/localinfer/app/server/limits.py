@@ -6,10 +6,17 @@ beyond, known from Content-Length before a byte is read, or as soon as the bytes
 ``MAX_JSON_VALUES`` separators (``,`` ``[`` ``{``, counted at C speed before parsing), at most ``MAX_JSON_DEPTH``
 levels of nesting, valid UTF-8 without lone surrogates, no NaN or Infinity. A body that breaks a bound gets a 413
 or 400 in its route's dialect and no route runs.
+
+A client over ``max_bytes`` is usually still sending, and most clients (httpx, requests) read the answer only once
+they have sent everything: a server that closed at once would leave them a connection reset. So the 413 is sent,
+then the rest of the body is read and dropped (a lingering close, as nginx does) up to ``DRAIN_BYTES`` past the
+limit and ``DRAIN_SECONDS``, and only then the connection closes. Past either bound it closes at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
@@ -26,6 +33,11 @@ from localinfer.engine.metrics import set_route
 MAX_JSON_VALUES: Final = 100_000  # far more than any request within a context needs; parses in tens of ms
 MAX_JSON_DEPTH: Final = 200  # pydantic-core's own recursion limit
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# How much of a refused body is read and dropped past the limit so that its client reads the 413. Dropping costs
+# one chunk of memory at a time and, on loopback, a fraction of a second; 64 MiB covers by far the mistakes a 413
+# answers (a pasted log, an image in a prompt), and a client sending more is not helped by an answer.
+DRAIN_BYTES: Final = 64 * 1024 * 1024
+DRAIN_SECONDS: Final = 30.0  # nginx's lingering_time: a slow sender does not hold its connection longer
 
 
 class BodyLimits:
@@ -41,7 +53,9 @@ class BodyLimits:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await self._too_large(scope, receive, send)
+            # told 100-continue, the client sends nothing more once it reads the 413
+            ended = _expects_continue(scope) or declared > self.max_bytes + DRAIN_BYTES
+            await self._too_large(receive, send, scope, read=0, ended=ended)
             return
         chunks: list[bytes] = []
         size = 0
@@ -54,7 +68,7 @@ class BodyLimits:
             chunk: bytes = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._too_large(scope, receive, send)
+                await self._too_large(receive, send, scope, read=size, ended=not message.get("more_body", False))
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -71,9 +85,18 @@ class BodyLimits:
 
         await self.app(scope, replayed, send)
 
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _too_large(self, receive: Receive, send: Send, scope: Scope, *, read: int, ended: bool) -> None:
+        """Answer 413, then, unless the body ``ended`` (or will not be read), drop the rest of it up to the drain
+        bounds (``read`` bytes of it were read already) before the connection closes."""
         message = f"the request body is larger than {self.max_bytes} bytes; the server's --max-body sets the limit"
-        await _refuse(scope, receive, send, 413, message)
+        answer = _refusal(scope, 413, message)
+        await send({"type": "http.response.start", "status": 413, "headers": answer.raw_headers})
+        await send({"type": "http.response.body", "body": answer.body, "more_body": True})
+        if not ended:
+            budget = self.max_bytes + DRAIN_BYTES - read
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(_drop_body(receive, budget), DRAIN_SECONDS)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})  # the server closes now
 
 
 def json_problem(body: bytes) -> str | None:
@@ -102,10 +125,27 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str) -> None:
+def _expects_continue(scope: Scope) -> bool:
+    return any(name == b"expect" and value.lower() == b"100-continue" for name, value in scope["headers"])
+
+
+async def _drop_body(receive: Receive, budget: int) -> None:
+    """Read the rest of a request's body and drop it, until it ends, the client goes, or ``budget`` bytes."""
+    while budget >= 0:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+        budget -= len(message.get("body", b""))
+
+
+def _refusal(scope: Scope, status: int, message: str) -> JSONResponse:
     code = "request_too_large" if status == 413 else "invalid_body"
     body = error_body_for(dialect_for(scope["path"]), status, message, code=code)
-    await JSONResponse(body, status_code=status, headers={"Connection": "close"})(scope, receive, send)
+    return JSONResponse(body, status_code=status, headers={"Connection": "close"})
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str) -> None:
+    await _refusal(scope, status, message)(scope, receive, send)
 
 
 def parse_json(body: bytes) -> Any:
