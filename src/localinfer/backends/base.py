@@ -37,7 +37,9 @@ class Relay(Protocol):
 @dataclass(frozen=True)
 class Capabilities:
     formats: tuple[str, ...]
-    grammar: bool = False
+    grammar: bool = False  # holds output to a JSON schema (ResponseFormat json_object, json_schema)
+    gbnf: bool = False  # holds output to a GBNF grammar (ResponseFormat grammar)
+    logit_bias: bool = False  # adds SamplingParams.logit_bias to the logits
     batching: bool = False
     token_prompts: bool = False  # takes a prompt as token ids (GenerationRequest.tokens)
     kv_cache_types: bool = False  # keeps its KV cache in the types LoadSpec.cache_type_k/v name
@@ -113,6 +115,7 @@ class ModelFacts:
     bos_id: int = -1  # the BOS token's id, -1 when the model has none
     n_batch: int = 512  # tokens one decode takes at most (llama-server's --batch-size; sizes the FIM prompt)
     reranker: bool = False  # its metadata states rank pooling: it scores query and document pairs, nothing else
+    eog_ids: tuple[int, ...] = ()  # its end-of-generation tokens (what llama-server's ignore_eos bans)
     cache_type_k: str = ""  # the element types its KV cache is kept in; "": the backend's own (ONNX, vLLM)
     cache_type_v: str = ""
 
@@ -127,6 +130,52 @@ class SlotUsage:
 
     def __add__(self, other: SlotUsage) -> SlotUsage:
         return SlotUsage(self.processing + other.processing, self.idle + other.idle, self.waiting + other.waiting)
+
+
+@dataclass
+class DecodeStats:
+    """What a backend's decode loop has done since it loaded, as llama-server's ``/metrics`` counts it. Cumulative;
+    written only by the inference thread, read from any (each field on its own, so a read may straddle a step)."""
+
+    decodes: int = 0  # llama_decode calls of the step loop (a draft model's own are not counted)
+    busy_slots: int = 0  # summed over those decodes: the slots holding a request at each
+    max_tokens: int = 0  # the most tokens a slot's cache has held after a decode (prompt and generated)
+    prompt_tokens: int = 0  # prompt tokens computed (those reused from a cache are not)
+    prompt_seconds: float = 0.0  # the time of the decodes that computed them
+    cached_tokens: int = 0  # prompt tokens reused from a slot's cache
+    predicted_tokens: int = 0  # tokens sampled by requests that have ended, an end-of-generation token included
+    predicted_steps: int = 0  # of those, all but each request's first (which comes with its prompt's last decode)
+    predicted_seconds: float = 0.0  # from each ended request's first sampled token to its last
+    drafted: int = 0  # speculative decoding: draft tokens verified
+    draft_accepted: int = 0  # of those, the ones kept
+    draft_steps: int = 0  # verifications (steps that verified a draft)
+    accepted_at: list[int] = dataclasses.field(default_factory=list)  # kept draft tokens by place in their draft
+
+    def decoded(self, *, busy: int, longest: int, prompt_tokens: int, seconds: float) -> None:
+        """One decode, with ``busy`` slots holding a request and ``prompt_tokens`` of prompt (taking ``seconds``)."""
+        self.decodes += 1
+        self.busy_slots += busy
+        self.max_tokens = max(self.max_tokens, longest)
+        if prompt_tokens:
+            self.prompt_tokens += prompt_tokens
+            self.prompt_seconds += seconds
+
+    def ended(self, sampled: int, seconds: float) -> None:
+        """A request ended having sampled ``sampled`` tokens, ``seconds`` from its first to its last."""
+        if sampled:
+            self.predicted_tokens += sampled
+            self.predicted_steps += sampled - 1
+            self.predicted_seconds += seconds
+
+    def verified(self, drafted: int, accepted: int, places: int) -> None:
+        """A draft of ``drafted`` tokens verified, its first ``accepted`` kept; drafts have at most ``places``."""
+        self.drafted += drafted
+        self.draft_accepted += accepted
+        self.draft_steps += 1
+        if len(self.accepted_at) < places:
+            self.accepted_at.extend([0] * (places - len(self.accepted_at)))
+        for i in range(min(accepted, len(self.accepted_at))):
+            self.accepted_at[i] += 1
 
 
 @dataclass(frozen=True)
@@ -240,6 +289,11 @@ class Backend(ABC):
         """What each slot does now; empty for a backend without slots of its own."""
         return []
 
+    def decode_stats(self) -> DecodeStats | None:
+        """What this load's decode loop has done so far (one object per load, updated in place); None for a
+        backend without one of its own here (an engine process counts in its own /metrics)."""
+        return None
+
     @property
     def relay(self) -> Relay | None:
         """For a backend that runs its model in an engine process with its own OpenAI server (vLLM): the proxy
@@ -264,6 +318,15 @@ def not_a_reranker(model: str) -> InvalidRequest:
         "pairs; rerank with a reranker model",
         param="model",
     )
+
+
+def check_supported(name: str, capabilities: Capabilities, options: GenerationOptions) -> None:
+    """Refuses what ``options`` ask that a backend of ``capabilities`` (named ``name``) cannot honour: logit biases
+    and GBNF grammars change the answer, so they are never dropped. Raises InvalidRequest naming the field."""
+    if options.sampling.logit_bias and not capabilities.logit_bias:
+        raise InvalidRequest(f"logit_bias is not supported by the {name} backend", param="logit_bias")
+    if options.response_format.type == "grammar" and not capabilities.gbnf:
+        raise InvalidRequest(f"a GBNF grammar is not supported by the {name} backend", param="grammar")
 
 
 def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> GenerationOptions:

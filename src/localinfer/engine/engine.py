@@ -244,6 +244,7 @@ class Engine:
                 else "start the server without them to serve this model",
             )
         await runner.backend.load(self._load_spec(manifest, runner.ctx_size))
+        self.metrics.track(manifest.name, runner.backend.decode_stats())
         runner.template = ChatTemplate(runner.backend.facts)
         facts = runner.backend.facts
         log.info(

@@ -4,6 +4,9 @@ Per model: requests by route and outcome, prompt, cached prompt and generated to
 between tokens (histograms); and, read from the backends when scraped, requests waiting for a slot and busy slots.
 Each engine has its own registry, so two engines (two tests) never share counts. The server renders it; nothing
 here knows HTTP, except the route a request came by, which the server names with ``set_route``.
+
+Beside these ``localinfer_*`` series, ``render`` writes llama-server's own (``llamacpp:prompt_tokens_total``...,
+llama_metrics.py), so a Grafana dashboard made for llama-server works on localinfer's ``/metrics`` unchanged.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ from contextlib import aclosing
 from contextvars import ContextVar
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from localinfer.backends.base import SlotUsage
+from localinfer.backends.base import DecodeStats, SlotUsage
+from localinfer.engine.llama_metrics import LlamaServerSeries
 from localinfer.errors import InvalidRequest
 from localinfer.types import TokenStream
 
@@ -43,6 +47,9 @@ def set_route(route: str) -> None:
 class EngineMetrics:
     def __init__(self, usage: UsageByModel) -> None:
         """``usage`` says, when scraped, how busy each loaded model's slots are."""
+        self.started = time.time()  # when this engine began serving (Unix seconds)
+        self._usage = usage
+        self._llama = LlamaServerSeries()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self._requests = Counter(
@@ -90,6 +97,16 @@ class EngineMetrics:
         )
         r.register(_SlotCollector(usage))
 
+    def track(self, model: str, stats: DecodeStats | None) -> None:
+        """Count from now on what ``model``'s newly loaded decode loop does (``stats``: its backend's, None where it
+        has none), in llama-server's series."""
+        self._llama.track(model, stats)
+
+    def render(self, model: str | None = None) -> bytes:
+        """Every series in Prometheus' text format: the ``localinfer_*`` ones of every model, then llama-server's
+        ``llamacpp:*`` ones over every model, or ``model``'s alone (llama_metrics.py says how)."""
+        return generate_latest(self.registry) + self._llama.render(self._usage(), model).encode()
+
     async def observe(self, model: str, chunks: TokenStream, *, started: float) -> TokenStream:
         """``chunks`` as they come, counted for ``model``; ``started`` is when the request reached the engine
         (``time.perf_counter()``). Outcomes: ``stop``, ``length``, ``invalid_request`` (refused), ``error``
@@ -112,6 +129,7 @@ class EngineMetrics:
                             self._prompt.labels(model).inc(chunk.usage.prompt_tokens)
                             self._cached.labels(model).inc(chunk.usage.cached_tokens)
                             self._generated.labels(model).inc(chunk.usage.completion_tokens)
+                            self._llama.count_request(model, chunk.usage, chunk.timings)
                         if chunk.timings is not None:
                             self._drafted.labels(model).inc(chunk.timings.draft_n)
                             self._draft_kept.labels(model).inc(chunk.timings.draft_n_accepted)

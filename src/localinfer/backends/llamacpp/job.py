@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.llamacpp.checkpoints import Checkpoint
+from localinfer.backends.llamacpp.sampling import TokenBias
 from localinfer.backends.llamacpp.speculative import Speculation
 from localinfer.backends.text_stream import TextStream
 from localinfer.types import FinishReason, Timings, TokenChunk, TokenLogprob, Usage
@@ -67,11 +68,14 @@ class Job:
     text: TextStream
     cache_prompt: bool = True
     greedy: bool = False  # the sampler is the greedy one alone: the step loop takes the logits' argmax instead
+    greedy_bias: TokenBias | None = None  # the logit biases (of a greedy sampler) that argmax adds first
     cancelled: bool = False
     cached_tokens: int = 0
     generated: int = 0
     t_prefill_start: float = 0.0
     t_first_token: float = 0.0
+    t_last_token: float = 0.0
+    sampled: int = 0  # tokens sampled, an end-of-generation token included (generated counts those sent)
     n_logprobs: int | None = None  # None: no log-probabilities; else each token's and this many most likely ones
     priority: int = 1  # PRIORITY_RANK: a higher one gets a free slot, and the prefill budget, first
     yielded: bool = False  # it gave up its slot, mid-prompt, to a job of higher priority (once at most)

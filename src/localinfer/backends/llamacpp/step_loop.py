@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import llama_cpp.llama_cpp as lc
 
-from localinfer.backends.base import SlotInfo, SlotUsage
+from localinfer.backends.base import DecodeStats, SlotInfo, SlotUsage
 from localinfer.backends.llamacpp import checkpoints
 from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
@@ -87,6 +87,8 @@ class StepLoop:
         weighing = drafting is not None and drafting.weigh_costs
         self._costs = (costs if costs is not None else StepCosts()) if weighing else None
         self.outbox = Outbox()
+        self.stats = DecodeStats()  # what /metrics reports as llama-server's llamacpp:* series
+        self._draft_places = min(drafting.draft_max, MAX_SLOT_STEP - 1) if drafting is not None else 0
         self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
 
     def start(self) -> None:
@@ -173,6 +175,7 @@ class StepLoop:
         slot.draft = []
         slot.job = job
         job.cached_tokens = reuse
+        self.stats.cached_tokens += reuse
         job.shared_tokens = shared
         job.t_prefill_start = time.perf_counter()
         if self._drafting is not None:  # made here, not at submit: a draft model drafts in the slot's sequence
@@ -239,6 +242,7 @@ class StepLoop:
             slot.batch_index = n
             fed.append((slot, tokens))
             n += len(tokens)
+        n_generating = n
         # One micro-batch of prompt per step at most: llama.cpp computes no more at once anyway, and between steps
         # a waiting job of higher priority can take the slot of a long prompt (JobQueue.dispatch).
         budget = min(self._capacity - n, self._model.n_ubatch)
@@ -268,10 +272,19 @@ class StepLoop:
         if self._costs is not None and len(fed) == len(generating):  # no prompt chunk: all with logits, as drafts
             lc.llama_synchronize(self._ctx)  # a GPU computes after llama_decode returns: wait, to time all of it
             self._costs.record(n, (time.perf_counter() - started) * 1000.0)
+        elif n > n_generating:
+            lc.llama_synchronize(self._ctx)  # to time the prompt's computing, as llama-server's metrics do
+        prompt_seconds = time.perf_counter() - started
         for slot, tokens in fed:
             slot.cached.extend(tokens)
             if self._n_swa and slot.job is not None and slot.next_token is None and not slot.to_prefill:
                 slot.checkpoint = checkpoints.take(self._ctx, self._memory, slot.seq_id, len(slot.cached))
+        self.stats.decoded(
+            busy=sum(s.job is not None for s in self._slots),
+            longest=max(len(s.cached) for s in self._slots),
+            prompt_tokens=n - n_generating,
+            seconds=prompt_seconds,
+        )
         for slot in self._slots:
             if slot.job is not None and slot.batch_index >= 0:
                 self._sample(slot, slot.job)
@@ -315,6 +328,7 @@ class StepLoop:
             slot.next_token = token
             break
         if draft:
+            self.stats.verified(len(draft), accepted, self._draft_places)
             del slot.cached[n_valid + accepted :]
             lc.llama_memory_seq_rm(self._memory, slot.seq_id, len(slot.cached), -1)
         if job.speculation is None:
@@ -331,11 +345,13 @@ class StepLoop:
         model = self._model
         try:
             if job.greedy:
-                token = greedy_token(self._ctx, index, self._n_vocab)
+                token = greedy_token(self._ctx, index, self._n_vocab, job.greedy_bias)
             else:
                 token = lc.llama_sampler_sample(job.sampler, self._ctx, index)
-            if job.generated == 0:
-                job.t_first_token = time.perf_counter()
+            job.t_last_token = time.perf_counter()
+            if job.sampled == 0:
+                job.t_first_token = job.t_last_token
+            job.sampled += 1
             if model.is_eog(token) and not job.ignore_eos:
                 self._finish(slot, "stop")
                 return None
@@ -364,6 +380,7 @@ class StepLoop:
     def _release(self, slot: Slot) -> None:
         """Free the slot for the next job; its cache stays, for a later request that shares its prefix."""
         if slot.job is not None:
+            self.stats.ended(slot.job.sampled, slot.job.t_last_token - slot.job.t_first_token)
             slot.job.close()
         slot.job = None
         slot.next_token = None
