@@ -287,11 +287,9 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"max_tokens": "many"}, "max_tokens: Input should be a valid integer"),
     ({"max_tokens": 0}, "max_tokens: Input should be greater than or equal to 1"),
     ({"messages": "hello"}, "messages: Input should be a valid list"),
-    ({"messages": []}, "messages: List should have at least 1 item"),
     ({"messages": [{"role": "system", "content": "hi"}]}, "messages.0.role: Input should be 'user' or 'assistant'"),
     ({"temperature": 1.5}, "temperature: Input should be less than or equal to 1"),
     ({"stop_sequences": "END"}, "stop_sequences: Input should be a valid list"),
-    ({"stop_sequences": ["  "]}, "stop_sequences: a stop sequence must hold more than whitespace"),
     ({"messages": [{"role": "user", "content": [image_block()]}]}, "messages.0.content.0: image content blocks"),
     (
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "see"}, image_block()]}]},
@@ -316,7 +314,6 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"tools": [{"name": "get_weather"}]}, "tools.0.input_schema: a tool needs its input_schema"),
     ({"tools": [{"name": "bad name", "input_schema": {}}]}, "tools.0.name: String should match pattern"),
     ({"tools": [TOOLS[0], TOOLS[0]]}, "tools: tool names must be unique"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking: extended thinking is not supported"),
     ({"mcp_servers": [{"type": "url", "url": "https://mcp.example", "name": "x"}]}, "mcp_servers: MCP servers"),
 ]
 

@@ -12,17 +12,19 @@ answering the call with that id (the function's name taken from that call); ``to
 - ``tool_choice`` ``{"type": "tool", "name"}`` makes the model call that function (llama-server lets it call any
   of them), ``{"type": "none"}`` offers none, and ``disable_parallel_tool_use`` keeps only the first call;
 - what would change the answer and cannot be honoured is a 400 naming the field, never dropped: image and
-  document blocks, a last assistant turn (a prefill for the model to continue), ``thinking`` other than
-  disabled, Anthropic's own tools (web search, bash, the text editor...), ``mcp_servers``, ``container``,
-  ``context_management``;
+  document blocks, a last assistant turn (a prefill for the model to continue), Anthropic's own tools (web
+  search, bash, the text editor...), ``mcp_servers``, ``container``, ``context_management``;
 - ``output_config.format`` (and the beta's ``output_format``) of type ``json_schema`` constrains the answer to
   the schema, as ``response_format`` does on the OpenAI routes;
 - a ``tool_result`` with ``is_error`` reads ``Error: <content>`` to the model.
 
 Accepted and ignored, as they do not change the answer: ``metadata``, ``cache_control`` (a prompt's prefix is
 reused from the cache whatever it says), ``service_tier``, ``speed``, ``inference_geo``, ``output_config.effort``,
-``citations``. An assistant's earlier ``thinking`` blocks stay out of the prompt, as Anthropic leaves them out of
-earlier turns.
+``citations``, and ``thinking`` (a model that does not reason answers as it would without it, as on
+llama-server). An assistant's earlier ``thinking`` blocks stay out of the prompt, as Anthropic leaves them out of
+earlier turns. As on llama-server, a stop sequence may be whitespace (``"\\n"`` ends the answer at its first line
+break), and ``messages`` may be empty (the model answers the system text, or nothing, as its template renders
+it).
 """
 
 from __future__ import annotations
@@ -181,11 +183,11 @@ class _Conversation(_Wire):
     """What ``/v1/messages`` and ``/v1/messages/count_tokens`` share: the turns and the tools."""
 
     model: str = ""  # none: the server's default model (core/model_name.py)
-    messages: list[MessageWire] = Field(min_length=1)
+    messages: list[MessageWire]  # empty: the template renders no turn, as on llama-server
     system: str | list[Block] | None = None
     tools: list[ToolWire] | None = None
     tool_choice: ToolChoiceWire | None = None
-    thinking: ThinkingWire | None = None
+    thinking: ThinkingWire | None = None  # ignored: the models here give no thinking blocks
     mcp_servers: list[Any] | None = None
     container: Any = None
     context_management: Any = None
@@ -193,12 +195,6 @@ class _Conversation(_Wire):
 
     def _check_supported(self) -> None:
         """Fields that would change the answer and cannot be honoured are refused, never dropped."""
-        if self.thinking is not None and self.thinking.type != "disabled":
-            raise InvalidRequest(
-                "extended thinking is not supported: the models here give no thinking blocks; leave thinking out "
-                'or send {"type": "disabled"}',
-                param="thinking",
-            )
         if self.mcp_servers:
             raise InvalidRequest("MCP servers are not supported: give their tools in tools", param="mcp_servers")
         if self.container is not None:
@@ -206,7 +202,7 @@ class _Conversation(_Wire):
         if self.context_management is not None:
             raise InvalidRequest("context management is not supported", param="context_management")
         last = len(self.messages) - 1
-        if self.messages[last].role == "assistant":
+        if self.messages and self.messages[last].role == "assistant":
             raise InvalidRequest(
                 "a last assistant turn (a prefill for the model to continue) is not supported; end with a user turn",
                 param=f"messages.{last}",
@@ -293,8 +289,6 @@ class MessagesBody(_Conversation):
     def to_core(self) -> ChatRequest:
         stops = list(self.stops)
         check_stops(stops, param="stop_sequences")
-        if any(not stop.strip() for stop in stops):
-            raise InvalidRequest("a stop sequence must hold more than whitespace", param="stop_sequences")
         options = GenerationOptions(
             sampling=SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k),
             max_tokens=self.max_tokens,  # past the context: served until it is full, as llama-server does
