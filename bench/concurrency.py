@@ -165,7 +165,7 @@ class EngineSetup:
                 "--host", HOST, "--port", str(port),
                 "--threads", threads,
                 "--parallel", str(slots),
-                "--ctx-size", str(ctx),  # one context of C tokens shared by the slots
+                "--ctx-size", str(ctx * slots),  # with --parallel, split across the slots as llama-server: C each
                 *args.localinfer_arg,
             ]  # fmt: skip
         if self.name == "llama-server":

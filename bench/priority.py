@@ -84,7 +84,7 @@ def main() -> int:
     port = free_port()
     command = [sys.executable, "-m", "localinfer.app.cli", "serve", str(args.model), "--port", str(port)]
     ctx = 1024 + 16 * args.chat_notes
-    command += ["--ctx-size", str(ctx), "--parallel", "4", "--threads", str(args.threads)]
+    command += ["--ctx-size", str(4 * ctx), "--parallel", "4", "--threads", str(args.threads)]  # ctx a slot
     latencies: dict[str, list[float]] = {"high": [], "normal": []}
     completed: list[int] = []
     stop = threading.Event()

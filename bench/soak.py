@@ -102,7 +102,15 @@ def main(argv: list[str] | None = None) -> int:
 
     port = free_port()
     cmd = [str(args.localinfer), "serve", str(args.model), "--host", HOST, "--port", str(port)]
-    cmd += ["--threads", str(args.threads), "--parallel", str(args.parallel), "--ctx-size", str(args.ctx)]
+    # --ctx-size with --parallel is the whole cache, split across the slots as llama-server splits -c
+    cmd += [
+        "--threads",
+        str(args.threads),
+        "--parallel",
+        str(args.parallel),
+        "--ctx-size",
+        str(args.ctx * args.parallel),
+    ]
     tally = Tally()
     samples: list[tuple[float, int]] = []
     with ManagedServer("localinfer", cmd, port, RESULTS_DIR / "soak-server.log") as server:

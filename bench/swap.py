@@ -47,7 +47,7 @@ def main() -> int:
     first, second = args.models.split(",")
     port = free_port()
     command = [sys.executable, "-m", "localinfer.app.cli", "serve", "--port", str(port), "--max-loaded", "1"]
-    command += ["--ctx-size", "2048", "--parallel", "2", "--threads", str(args.threads)]
+    command += ["--ctx-size", str(2 * 2048), "--parallel", "2", "--threads", str(args.threads)]  # 2048 a slot
     os.environ["LOCALINFER_HOME"] = str(args.home)
     loads: dict[str, list[tuple[float, float]]] = {first: [], second: []}
     with (

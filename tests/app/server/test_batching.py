@@ -68,7 +68,7 @@ def stream_text(server: Server, prompt: str, max_tokens: int) -> tuple[str, int]
 @pytest.fixture(scope="module")
 def batch_server(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with serving(
-        smollm2.name, test_home, tmp_path_factory.mktemp("batch"), "--parallel", "4", "--ctx-size", "4096"
+        smollm2.name, test_home, tmp_path_factory.mktemp("batch"), "--parallel", "4", "--ctx-size", str(4 * 4096)
     ) as server:
         yield server
 

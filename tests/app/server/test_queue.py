@@ -65,7 +65,7 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 120.0)
 @pytest.fixture(scope="module")
 def four_slots(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log_dir = tmp_path_factory.mktemp("serve-four-slots")
-    with serving(smollm2.name, test_home, log_dir, "--parallel", "4", "--ctx-size", "2048") as server:
+    with serving(smollm2.name, test_home, log_dir, "--parallel", "4", "--ctx-size", str(4 * 2048)) as server:
         yield server
 
 

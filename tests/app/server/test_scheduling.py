@@ -23,7 +23,7 @@ from tests.app.server.conftest import Server, serving
 
 pytestmark = pytest.mark.model
 
-CTX = ("--ctx-size", "512", "--parallel", "2")
+CTX = ("--ctx-size", "1024", "--parallel", "2")  # 512 tokens a slot
 
 
 def ask(server: Server, model: str, prompt: str, **extra: Any) -> str:

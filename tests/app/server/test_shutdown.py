@@ -104,7 +104,7 @@ def log_dir(tmp_path: Path) -> Path:
 def test_sigterm_ends_eight_live_streams_properly_and_exits_0_within_10_s(
     smollm2: Manifest, test_home: Path, log_dir: Path
 ) -> None:
-    server = start_server(smollm2.name, test_home, log_dir, "--parallel", "8", "--ctx-size", "2048")
+    server = start_server(smollm2.name, test_home, log_dir, "--parallel", "8", "--ctx-size", str(8 * 2048))
     try:
         started = [threading.Event() for _ in range(8)]
         with ThreadPoolExecutor(8) as pool:
@@ -134,7 +134,7 @@ def test_requests_that_finish_within_the_grace_period_get_their_whole_answer_and
     """A stream and a plain request, both being generated when SIGTERM comes, get every token they asked for; the
     server exits once they are done, not at the end of the grace period."""
     server = start_server(
-        smollm2.name, test_home, log_dir, "--parallel", "2", "--ctx-size", "2048", "--shutdown-timeout", "120"
+        smollm2.name, test_home, log_dir, "--parallel", "2", "--ctx-size", str(2 * 2048), "--shutdown-timeout", "120"
     )
     short = {"max_tokens": 200, "ignore_eos": True, "temperature": 0}
     try:

@@ -7,6 +7,13 @@ import ipaddress
 import sys
 from typing import TYPE_CHECKING, Any
 
+from localinfer.app.commands.llama_server_flags import (
+    add_llama_server_flags,
+    add_request_default_flags,
+    chat_template_source,
+    ctx_per_slot,
+    hosts_of,
+)
 from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.app.commands.pull import machine_fits
 from localinfer.errors import ConfigError, LocalInferError
@@ -36,7 +43,9 @@ def add_parser(subparsers: Any) -> None:
         "reference or catalog name to pull first, loaded at start (default: none loaded, each model loads on its "
         "first request; with no model here at all, the starter model is pulled and served)",
     )
-    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument(
+        "--host", help="address to bind (default 127.0.0.1); several, comma-separated, as llama-server takes them"
+    )
     p.add_argument("--port", type=int, help="port to listen on (default 8080)")
     p.add_argument(
         "--api-key", help="require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health"
@@ -54,9 +63,17 @@ def add_parser(subparsers: Any) -> None:
         help="a web page origin allowed besides local pages and app:// (e.g. https://chat.example.com, '*' "
         "matches anything); repeatable",
     )
-    p.add_argument("--ctx-size", type=int, help="context length per request (default: the model's, up to 8192)")
-    p.add_argument("--threads", type=int, help="CPU threads (default: one per physical core)")
-    p.add_argument("--parallel", type=int, help="requests decoded together (slots; default: up to 4, as memory allows)")
+    p.add_argument(
+        "--ctx-size",
+        "-c",
+        type=int,
+        help="context length of each request (default: the model's, up to 8192); given with --parallel N, the "
+        "whole cache, split into N slots of ctx-size/N, as llama-server's -c -np",
+    )
+    p.add_argument("--threads", "-t", type=int, help="CPU threads (default: one per physical core)")
+    p.add_argument(
+        "--parallel", "-np", type=int, help="requests decoded together (slots; default: up to 4, as memory allows)"
+    )
     p.add_argument("--max-queue", type=int, help="requests that may wait for a slot before the server says 503")
     p.add_argument("--max-body", type=int, metavar="BYTES", help="largest request body (default 16 MiB); larger: 413")
     p.add_argument(
@@ -65,7 +82,13 @@ def add_parser(subparsers: Any) -> None:
         metavar="SECONDS",
         help="on SIGTERM or Ctrl-C, how long running requests may go on before they are ended (default 5)",
     )
-    p.add_argument("--gpu-layers", type=int, help="layers to offload to the GPU (-1: all; default: as many as fit)")
+    p.add_argument(
+        "--gpu-layers",
+        "--n-gpu-layers",
+        "-ngl",
+        type=int,
+        help="layers to offload to the GPU (-1: all; default: as many as fit)",
+    )
     p.add_argument(
         "--cache-type-k",
         "-ctk",
@@ -126,10 +149,19 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--alias",
         "--served-model-name",
-        metavar="NAME",
+        metavar="NAME[,NAME...]",
         help="the name clients use for the model (default: its own), as llama-server's --alias and vLLM's "
-        "--served-model-name",
+        "--served-model-name; several, comma-separated: the first names it in answers, all are accepted",
     )
+    p.add_argument(
+        "--strict-model-names",
+        action="store_true",
+        default=None,
+        help="a server started with one model answers a request naming another model with 404, rather than with "
+        "its model as llama-server does",
+    )
+    add_request_default_flags(p)
+    add_llama_server_flags(p)
     p.add_argument(
         "--tensor-parallel-size",
         type=int,
@@ -170,16 +202,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from pydantic import SecretStr
 
     from localinfer.app.server.app import create_app
+    from localinfer.app.server.core.defaults import RequestDefaults
     from localinfer.app.server.guard import policy_for
     from localinfer.bootstrap import local_stack
     from localinfer.hardware.detect import detect
     from localinfer.models.library import ModelLibrary
 
+    ctx_size, ctx_note = ctx_per_slot(args.ctx_size, args.parallel)
     settings = settings.with_overrides(
         host=args.host,
         port=args.port,
         api_key=SecretStr(args.api_key) if args.api_key else None,
-        ctx_size=args.ctx_size,
+        ctx_size=ctx_size,
         threads=args.threads,
         parallel=args.parallel,
         max_queue=args.max_queue,
@@ -200,20 +234,35 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         max_loaded=args.max_loaded,
         keep_alive=args.keep_alive,
         pin=args.pin,
+        chat_template=chat_template_source(args),
+        strict_model_names=args.strict_model_names,
+        slots_endpoint=False if args.no_slots else None,
+        seed=args.seed,
+        temperature=args.temp,
+        n_predict=args.n_predict,
     )
     api_key = settings.api_key.get_secret_value() if settings.api_key else None
-    if not is_loopback(settings.host) and not api_key:
-        raise ConfigError(
-            f"refusing to listen on {settings.host} without an API key: anyone on the network could use it",
-            hint="set one with --api-key KEY or LOCALINFER_API_KEY=KEY, or bind 127.0.0.1",
-        )
+    hosts = hosts_of(settings.host)
+    if not hosts:
+        raise ConfigError(f"--host {settings.host!r} names no address", hint="e.g. --host 127.0.0.1")
+    for host in hosts:
+        if not is_loopback(host) and not api_key:
+            raise ConfigError(
+                f"refusing to listen on {host} without an API key: anyone on the network could use it",
+                hint="set one with --api-key KEY or LOCALINFER_API_KEY=KEY, or bind 127.0.0.1",
+            )
     library = ModelLibrary.from_settings(settings)
     hardware = detect()
     if settings.speculation == "draft":  # found (or pulled) once, here: a missing draft fails now, in one line
         settings = settings.with_overrides(draft=str(_draft_model(settings, library, hardware)))
-    url = f"http://{settings.host}:{settings.port}"
+    url = f"http://{_url_host(hosts[0])}:{settings.port}"
     preload: Manifest | None = None
     if args.model is None and not args.alias and library.list():  # nothing loaded at start: each model on demand
+        if settings.chat_template:
+            raise ConfigError(
+                "--chat-template replaces the template of the model the server is started with, and none is named",
+                hint="name it: localinfer serve MODEL --chat-template ...",
+            )
         stack = local_stack(settings, library=library, hardware=hardware, serving=url)
         default = _default_model(stack.models, settings.model)
         message = f"localinfer: serving on {url}/v1; models load on their first request"
@@ -227,19 +276,27 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         message = f"localinfer: serving {preload.name} on {url}/v1"
     pins = [stack.models.resolve(name) for name in settings.pin]
     access = policy_for(
-        settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins, api_key=api_key
+        hosts[0], allow_hosts=[*settings.allow_hosts, *hosts[1:]], cors_origins=settings.cors_origins, api_key=api_key
     )
+    # one model served, as llama-server serves one: any name nobody serves gets it (core/model_name.py)
+    one_model = preload.name if preload is not None and not settings.pin and not settings.strict_model_names else None
     app = create_app(
         stack.engine,
         preload=preload,
         pins=pins,
         default_model=default,
+        one_model=one_model,
+        aliases=_aliases(args.alias)[1:],
+        request_defaults=RequestDefaults(settings.temperature, settings.seed, settings.n_predict),
+        slots_endpoint=settings.slots_endpoint,
         client=stack.client,
         access=access,
         max_body=settings.max_body,
     )
+    if ctx_note:
+        print(f"localinfer: {ctx_note}", flush=True)
     print(message, flush=True)
-    _run_server(app, settings, stack.client)
+    _run_server(app, settings, stack.client, hosts)
     return 0
 
 
@@ -258,8 +315,9 @@ def _model_to_serve(
         progress.close()
     check_files(manifest)  # a corrupt or truncated model fails here, in one line, not in the background
     original = manifest.name
-    if args.alias:
-        manifest = dataclasses.replace(manifest, name=validate_name(args.alias))
+    aliases = _aliases(args.alias)
+    if aliases:
+        manifest = dataclasses.replace(manifest, name=aliases[0])
     return manifest, original
 
 
@@ -291,10 +349,21 @@ def _default_model(models: ModelSource, name: str) -> str | None:
         return None
 
 
-def _run_server(app: FastAPI, settings: Settings, client: LocalClient) -> None:
+def _aliases(given: str | None) -> list[str]:
+    """``--alias a,b,c``: the names the served model answers to, the first one naming it. Raises PullError for a
+    name that cannot be one."""
+    return [validate_name(name.strip()) for name in (given or "").split(",") if name.strip()]
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _run_server(app: FastAPI, settings: Settings, client: LocalClient, hosts: list[str]) -> None:
     import uvicorn
 
-    from localinfer.app.server.graceful import GracefulServer
+    from localinfer.app.server.graceful import GracefulServer, bind
 
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
-    GracefulServer(config, grace=settings.shutdown_timeout, end_requests=client.shutdown).run()
+    config = uvicorn.Config(app, host=hosts[0], port=settings.port, log_level=settings.log_level, access_log=False)
+    server = GracefulServer(config, grace=settings.shutdown_timeout, end_requests=client.shutdown)
+    server.run(sockets=bind(hosts, settings.port) if len(hosts) > 1 else None)

@@ -18,11 +18,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localinfer import __version__
 from localinfer.app.server.anthropic.routes import router as anthropic_router
+from localinfer.app.server.core.defaults import RequestDefaults
 from localinfer.app.server.core.dialect import dialect_for
 from localinfer.app.server.disconnect import ClientDisconnected, client_disconnected_response
 from localinfer.app.server.errors import error_body_for, error_for, headers_for
 from localinfer.app.server.guard import AccessGuard, AccessPolicy
 from localinfer.app.server.limits import BodyLimits
+from localinfer.app.server.llamacpp.embeddings import router as llamacpp_embeddings_router
 from localinfer.app.server.llamacpp.infill import router as llamacpp_infill_router
 from localinfer.app.server.llamacpp.models import router as llamacpp_models_router
 from localinfer.app.server.llamacpp.routes import router as llamacpp_router
@@ -30,7 +32,9 @@ from localinfer.app.server.ollama.embed import router as ollama_embed_router
 from localinfer.app.server.ollama.generation import router as ollama_generation_router
 from localinfer.app.server.ollama.routes import router as ollama_router
 from localinfer.app.server.ollama.show import router as ollama_show_router
+from localinfer.app.server.openai.chat_prompt import router as chat_prompt_router
 from localinfer.app.server.openai.embeddings import router as openai_embeddings_router
+from localinfer.app.server.openai.routes import root_router as openai_root_router
 from localinfer.app.server.openai.routes import router as openai_router
 from localinfer.app.server.relay import EngineRelay
 from localinfer.client.local import LocalClient
@@ -47,6 +51,10 @@ def create_app(
     preload: Manifest | None = None,
     pins: Sequence[Manifest] = (),
     default_model: str | None = None,
+    one_model: str | None = None,
+    aliases: Sequence[str] = (),
+    request_defaults: RequestDefaults | None = None,
+    slots_endpoint: bool = True,
     client: LocalClient | None = None,
     access: AccessPolicy | None = None,
     max_body: int = Settings.model_fields["max_body"].default,
@@ -58,6 +66,13 @@ def create_app(
     a key); ``api_key``, when given, is the key whatever ``access`` says. Give ``engine`` a names-only model
     source (``ServedModels``): names from the network must never become paths. A body over ``max_body`` bytes,
     or one too costly to parse, is refused before any route runs (``limits.py``).
+
+    ``one_model``, when given, is the model a request naming any model nobody serves gets, as llama-server
+    answers: the model of a server started with one (``core/model_name.py``).
+
+    ``aliases`` are more names of the default model (``--alias a,b,c``: ``b`` and ``c``); ``request_defaults``
+    what a request leaves unset is served with (``--seed``, ``--temp``, ``--n-predict``); without
+    ``slots_endpoint``, GET /slots answers 501 (``--no-slots``).
 
     ``client`` (over the same engine) backs Ollama's model management (/api/tags, /api/pull...); without one
     those routes answer 503.
@@ -77,7 +92,14 @@ def create_app(
     app.state.client = client
     # for requests that name no model: the model given, else the one loaded at start
     app.state.default_model = default_model or (preload.name if preload is not None else None)
+    app.state.one_model = one_model  # any name nobody serves gets this model (core/model_name.py)
+    app.state.aliases = {alias: default_model for alias in aliases if default_model}
+    app.state.request_defaults = request_defaults or RequestDefaults()
+    app.state.slots_endpoint = slots_endpoint
     app.include_router(openai_router)
+    app.include_router(openai_root_router)
+    app.include_router(chat_prompt_router)
+    app.include_router(llamacpp_embeddings_router)
     app.include_router(ollama_router)
     app.include_router(llamacpp_infill_router)
     app.include_router(llamacpp_router)
@@ -95,6 +117,7 @@ def create_app(
     app.add_middleware(AccessGuard, policy=policy)  # outermost: before the relay, routing and any body is read
 
     @app.get("/health")
+    @app.get("/v1/health")  # llama-server answers both
     async def health() -> JSONResponse:
         state = engine.health()
         usage = engine.slot_usage()

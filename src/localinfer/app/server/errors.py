@@ -22,6 +22,7 @@ from localinfer.errors import (
     ModelManagedElsewhere,
     ModelNotFound,
     ModelNotReady,
+    NotSupported,
     PullError,
     QueueFull,
     ServerShuttingDown,
@@ -44,6 +45,7 @@ ERROR_TABLE: tuple[tuple[type[LocalInferError], int, str, str | None], ...] = (
     (DiskFull, 507, "server_error", "disk_full"),
     (PullError, 400, "invalid_request_error", "pull_failed"),
     (GenerationFailed, 500, "server_error", "generation_failed"),
+    (NotSupported, 501, "not_supported_error", "not_supported"),
     (LocalInferError, 500, "server_error", None),
 )
 

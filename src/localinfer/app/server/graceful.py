@@ -23,6 +23,8 @@ from types import FrameType
 
 import uvicorn
 
+from localinfer.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 # After the grace period, the time ending the requests may take before uvicorn cancels what is left (a stream
@@ -92,3 +94,28 @@ def force_exit(sig: int) -> None:
         sys.stdout.flush()
     os.write(2, f"localinfer: {signal.Signals(sig).name} again: stopped at once\n".encode())
     os._exit(128 + sig)
+
+
+def bind(hosts: list[str], port: int) -> list[socket.socket]:
+    """A listening socket on ``port`` at each of ``hosts`` (llama-server's ``--host a,b``). Raises ConfigError
+    naming the address that cannot be bound."""
+    sockets: list[socket.socket] = []
+    for host in hosts:
+        address = host.strip("[]")
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address, port))
+        except OSError as exc:
+            sock.close()
+            for bound in sockets:
+                bound.close()
+            raise ConfigError(
+                f"cannot listen on {host}:{port}: {exc.strerror}",
+                hint="check the address is this machine's and no other process uses the port",
+            ) from None
+        sock.listen(2048)
+        sock.set_inheritable(True)
+        sockets.append(sock)
+    return sockets

@@ -34,7 +34,7 @@ from localinfer.app.server.core.dialect import dialect_for
 from localinfer.app.server.errors import error_for
 from localinfer.errors import Forbidden, LocalInferError
 
-OPEN_PATHS: Final = frozenset({"/health"})
+OPEN_PATHS: Final = frozenset({"/health", "/v1/health"})
 STATE_CHANGING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 ALLOWED_METHODS: Final = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 DEFAULT_ALLOWED_HEADERS: Final = "Authorization, Content-Type, Accept, User-Agent, X-Requested-With"

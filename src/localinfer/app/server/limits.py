@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from localinfer.app.server.core.defaults import NONE_SET, use_request_defaults
 from localinfer.app.server.core.dialect import dialect_for
 from localinfer.app.server.errors import error_body_for
 from localinfer.engine.metrics import set_route
@@ -180,6 +181,7 @@ class FastJSONRoute(APIRoute):
 
         async def parsed(request: Request) -> Response:
             set_route(path)  # for the rest of this request's task, whose streams the engine counts under it
+            use_request_defaults(getattr(request.app.state, "request_defaults", NONE_SET))
             return await handler(_ParsedJSONRequest(_labelled_json(request.scope), request.receive))
 
         return parsed

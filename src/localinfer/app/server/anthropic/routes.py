@@ -10,12 +10,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from localinfer.app.server.anthropic.responses import Reply, sse_events
 from localinfer.app.server.anthropic.wire import CountTokensBody, MessagesBody
 from localinfer.app.server.core.model_name import requested_model
+from localinfer.app.server.core.prompt import prompt_tokens
 from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.engine.engine import Engine
-from localinfer.errors import ModelNotReady
-from localinfer.types import ChatRequest
 
 router = APIRouter(prefix="/v1", route_class=FastJSONRoute)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -44,15 +43,4 @@ async def count_tokens(body: CountTokensBody, request: Request) -> dict[str, int
     system text and tools (rendered by its chat template), as llama-server counts them."""
     body.model = requested_model(request, body.model)
     core = body.to_core()
-    return {"input_tokens": await _prompt_tokens(_engine(request), core)}
-
-
-async def _prompt_tokens(engine: Engine, core: ChatRequest) -> int:
-    """How many tokens ``core``'s prompt is: rendered as ``Engine.chat`` renders it, tokenized by the model."""
-    runner = await engine.runner(core.model, keep_alive=core.keep_alive)
-    if runner.template is None:
-        raise ModelNotReady(f"model '{core.model}' is still loading")
-    tools = core.tools if core.tool_choice != "none" else ()
-    rendered = runner.template.render(core.messages, tools)
-    tokens = await engine.tokenize(core.model, rendered.text, add_special=rendered.add_special, parse_special=True)
-    return len(tokens)
+    return {"input_tokens": await prompt_tokens(_engine(request), core)}

@@ -33,6 +33,9 @@ LLAMACPP_PATHS: Final = frozenset(
         "/models/unload",
         "/rerank",
         "/reranking",
+        "/embedding",
+        "/embeddings",  # llama-server's native embeddings (OpenAI's are /v1/embeddings)
+        "/apply-template",
         "/v1/rerank",  # llama-server's, under /v1/ too: not OpenAI's (OpenAI has no reranking)
         "/v1/reranking",
     }

@@ -16,9 +16,11 @@ from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.llamacpp.wire import CompletionBody
 from localinfer.backends.base import SlotInfo
 from localinfer.engine.engine import Engine
-from localinfer.errors import QueueFull
+from localinfer.errors import NotSupported, QueueFull
 
 router = APIRouter(route_class=FastJSONRoute)
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the format generate_latest and llama-server write
 
 
 def _engine(request: Request) -> Engine:
@@ -65,6 +67,8 @@ async def props(request: Request, model: str | None = None) -> dict[str, Any]:
 @router.get("/slots")
 async def slots(request: Request, model: str | None = None, fail_on_no_slot: bool = False) -> list[dict[str, Any]]:
     """Each slot of the model; with ``fail_on_no_slot``, a 503 when none is idle (as llama-server answers)."""
+    if not getattr(request.app.state, "slots_endpoint", True):
+        raise NotSupported("this server was started with --no-slots", hint="start it without --no-slots")
     engine = _engine(request)
     name = requested_model(request, model)
     await engine.facts(name)  # loaded, as llama-server's model always is

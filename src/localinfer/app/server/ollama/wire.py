@@ -13,6 +13,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
+from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import MAX_TOOLS, ToolWire
 from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
@@ -87,12 +88,12 @@ class Options(_Wire):
     honour (``mirostat``, ``typical_p``) are a 400 naming them."""
 
     num_ctx: int | None = Field(None, ge=1)
-    num_predict: int | None = None  # -1: no limit; -2: until the context is full
-    temperature: float = Field(0.8, ge=0.0)
+    num_predict: int | None = Field(default_factory=lambda: default_max_tokens(None))  # -1: no limit; -2: full context
+    temperature: float = Field(default_factory=lambda: default_temperature(0.8), ge=0.0)
     top_p: float = Field(0.9, gt=0.0, le=1.0)
     top_k: int = Field(40, ge=0)
     min_p: float = Field(0.0, ge=0.0, le=1.0)
-    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
+    seed: int | None = Field(default_factory=lambda: default_seed(None), ge=-(2**63), lt=2**64)
     stop: str | list[str] | None = None
     repeat_penalty: float = Field(1.1, gt=0.0)
     repeat_last_n: int = Field(64, ge=-1)  # -1: the whole context

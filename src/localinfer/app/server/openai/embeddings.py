@@ -22,6 +22,7 @@ import pydantic_core
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from localinfer.app.server.core.embeddings import embedding_inputs, native_embeddings
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
@@ -31,51 +32,38 @@ from localinfer.errors import InvalidRequest
 
 router = APIRouter(prefix="/v1", route_class=FastJSONRoute)
 
-MAX_INPUTS = 2048  # OpenAI's own bound on one request's inputs
-
-_SHAPES = "a string, a list of strings, an array of token ids, or a list of arrays of token ids"
-
 
 class EmbeddingsBody(BaseModel):
-    """The request body; unknown fields (``user``...) are accepted and ignored, as OpenAI-compatible servers do."""
+    """The request body; unknown fields (``user``...) are accepted and ignored, as OpenAI-compatible servers do.
+    ``content`` in place of ``input`` is llama-server's: the answer then takes its native shape
+    (``llamacpp/embeddings.py``), as llama-server answers it."""
 
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    input: Any = Field(...)  # checked by ``inputs``, whose 400 says which shapes are taken
+    input: Any = None  # checked by ``inputs``, whose 400 says which shapes are taken
+    content: Any = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = Field(None, ge=1)
 
+    @property
+    def native(self) -> bool:
+        """Whether the inputs came as llama-server's ``content``, which it answers in its own shape."""
+        return self.input is None and self.content is not None
+
     def inputs(self) -> list[EmbeddingInput]:
         """The inputs, each a text or token ids. Raises InvalidRequest for another shape, none, or too many."""
-        given = self.input
-        if isinstance(given, str):
-            inputs: list[EmbeddingInput] = [given]
-        elif isinstance(given, list) and given and all(_is_token(x) for x in given):
-            inputs = [list(given)]
-        elif isinstance(given, list) and all(isinstance(x, str) or _is_tokens(x) for x in given):
-            inputs = list(given)
-        else:
-            raise InvalidRequest(f"input must be {_SHAPES}", param="input")
-        if not inputs:
-            raise InvalidRequest("input is empty", param="input")
-        if len(inputs) > MAX_INPUTS:
-            raise InvalidRequest(f"input holds {len(inputs)} items; at most {MAX_INPUTS} are allowed", param="input")
-        return inputs
-
-
-def _is_token(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_tokens(value: object) -> bool:
-    return isinstance(value, list) and all(_is_token(x) for x in value)
+        if self.input is None and self.content is None:
+            raise InvalidRequest("input (or llama-server's content) is required", param="input")
+        return embedding_inputs(self.content if self.native else self.input, "content" if self.native else "input")
 
 
 @router.post("/embeddings", response_model=None)
 async def embeddings(body: EmbeddingsBody, request: Request) -> Response:
     engine: Engine = request.app.state.engine
     model = requested_model(request, body.model)
+    if body.native:
+        return await native_embeddings(request, model, body.inputs(), normalize=True)
     result = await unless_disconnected(request, engine.embed(model, body.inputs(), normalize=True))
     n_dimensions = len(result.vectors[0])
     if body.dimensions is not None and body.dimensions != n_dimensions:

@@ -42,7 +42,14 @@ def _model_card(name: str, created: int) -> dict[str, Any]:
 
 @router.get("/models")
 async def list_models(request: Request) -> dict[str, Any]:
-    return {"object": "list", "data": [_model_card(m.name, m.created) for m in _engine(request).models()]}
+    """OpenAI's list; llama-server's clients (``GET /models``, no ``/v1``) find each model under ``models`` too,
+    named as Ollama's list names them."""
+    models = _engine(request).models()
+    return {
+        "object": "list",
+        "data": [_model_card(m.name, m.created) for m in models],
+        "models": [{"name": m.name, "model": m.name, "type": "model", "capabilities": ["completion"]} for m in models],
+    }
 
 
 @router.get("/models/{model_id:path}")
@@ -161,3 +168,9 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
         usage = usage + (result.last.usage or Usage(0, 0, 0))
         timings = timings + (result.last.timings or Timings(0.0, 0.0, 0, 0))
     return JSONResponse(header.chunk(choices, usage=usage_body(usage), timings=timings_body(timings)))
+
+
+# llama-server answers OpenAI's routes without /v1 too, and its docs point the openai SDK at the bare address.
+root_router = APIRouter(route_class=FastJSONRoute)
+root_router.add_api_route("/chat/completions", chat_completions, methods=["POST"], response_model=None)
+root_router.add_api_route("/models", list_models, methods=["GET"])

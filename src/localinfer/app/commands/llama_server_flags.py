@@ -1,0 +1,118 @@
+"""The flags of ``serve`` that llama-server's users bring with them: what a request leaves unset (``--seed``,
+``--temp``, ``--n-predict``), the chat template, and the switches that llama-server needs and localinfer does not
+(accepted so that a llama-server command line starts unchanged; ``--help`` says what each does here)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from localinfer.errors import ConfigError
+
+# llama-server switches that change nothing here, and why.
+_ACCEPTED: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("--jinja",), "accepted: chat templates are always rendered as Jinja here"),
+    (("--no-jinja",), "accepted and ignored: chat templates are always rendered as Jinja here"),
+    (("--metrics",), "accepted: GET /metrics is always on (Prometheus text, llamacpp:* series too)"),
+    (("--embedding", "--embeddings"), "accepted: embeddings are always served, by models that can embed"),
+    (("--reranking", "--rerank"), "accepted: reranking is always served, by models that can rerank"),
+    (("--slots",), "accepted: GET /slots is on unless --no-slots"),
+    (("--kv-unified", "-kvu"), "accepted: each slot has its own part of the KV cache here (see --ctx-size)"),
+    (("--no-webui",), "accepted: localinfer serves no web page (its app runs in the terminal)"),
+    (("--cont-batching", "-cb"), "accepted: requests are always batched together"),
+)
+
+
+def add_request_default_flags(p: argparse.ArgumentParser) -> None:
+    """``--seed``, ``--temp``, ``--n-predict``: what a request that sets none of them is served with, in every
+    dialect, as llama-server's flags of the same names."""
+    p.add_argument(
+        "--seed", "-s", type=int, metavar="N", help="the sampling seed of requests that set none (-1: random)"
+    )
+    p.add_argument(
+        "--temp", "--temperature", type=float, metavar="T", help="the temperature of requests that set none (0: greedy)"
+    )
+    p.add_argument(
+        "--n-predict",
+        "--predict",
+        "-n",
+        type=int,
+        metavar="N",
+        help="most tokens a request that sets no limit generates (-1: until the context is full)",
+    )
+
+
+def add_llama_server_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--chat-template",
+        metavar="NAME|JINJA",
+        help="the chat template of the model named here, in place of the one in its file: a name of llama.cpp's "
+        "built-in templates (chatml, llama3, gemma, phi3, mistral-v7, deepseek3, ...: rendered by llama.cpp, as "
+        "llama-server --no-jinja renders them) or the Jinja text itself",
+    )
+    p.add_argument(
+        "--chat-template-file", metavar="FILE", help="a Jinja file that replaces the served model's chat template"
+    )
+    p.add_argument("--no-slots", action="store_true", default=None, help="GET /slots answers 501, as llama-server's")
+    for names, meaning in _ACCEPTED:
+        p.add_argument(*names, action="store_true", help=meaning)
+
+
+def chat_template_source(args: argparse.Namespace) -> str | None:
+    """The template ``--chat-template`` or ``--chat-template-file`` gives: a built-in template's name or Jinja text
+    (None: the model's own). Raises ConfigError for both at once, a file that cannot be read, Jinja that does not
+    parse, or a bare word that names no built-in template."""
+    from localinfer.engine.templates import builtin_template_names, check_template_source
+
+    if args.chat_template and args.chat_template_file:
+        raise ConfigError("--chat-template and --chat-template-file both name a template", hint="give one of them")
+    if args.chat_template_file:
+        path = Path(args.chat_template_file).expanduser()
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"cannot read the chat template file {path}: {exc}", hint="give a readable UTF-8 Jinja file"
+            ) from None
+        check_template_source(source, f"--chat-template-file {path}")
+        return source
+    if not args.chat_template:
+        return None
+    text: str = args.chat_template
+    names = builtin_template_names()
+    if text.strip() in names:
+        return text.strip()
+    if "{" not in text:  # a name, misspelt: Jinja without a tag would be the prompt's whole text
+        raise ConfigError(
+            f"llama.cpp has no built-in chat template named {text!r}",
+            hint="use one of " + ", ".join(sorted(names)) + ", or give Jinja text or --chat-template-file",
+        )
+    check_template_source(text, "--chat-template")
+    return text
+
+
+def ctx_per_slot(ctx_size: int | None, parallel: int | None) -> tuple[int | None, str | None]:
+    """Each slot's context, and a line that says how it was read: ``--ctx-size C`` alone is each request's
+    context; given with ``--parallel N`` it is the whole cache, split into N slots of C/N tokens, as llama-server
+    splits it (so ``-c 8192 -np 4`` takes the memory it takes there, not four times it). Raises ConfigError when
+    C/N is under one token."""
+    if not ctx_size or not parallel or parallel <= 1:
+        return ctx_size, None
+    per_slot = ctx_size // parallel
+    if per_slot < 1:
+        raise ConfigError(
+            f"--ctx-size {ctx_size} split into {parallel} slots leaves none a token",
+            hint="give a larger --ctx-size or fewer --parallel slots",
+        )
+    return per_slot, f"--ctx-size {ctx_size} with --parallel {parallel}: {per_slot} tokens per slot, as llama-server"
+
+
+def hosts_of(host: str) -> list[str]:
+    """The addresses ``--host`` names: one, or several comma-separated (llama-server's form)."""
+    return [h.strip() for h in host.split(",") if h.strip()]
+
+
+def request_defaults(args: argparse.Namespace) -> dict[str, Any]:
+    """The request defaults the flags set, as keyword arguments of ``RequestDefaults``."""
+    return {"seed": args.seed, "temperature": args.temp, "n_predict": args.n_predict}

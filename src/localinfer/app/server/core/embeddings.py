@@ -1,0 +1,72 @@
+"""What every embeddings route shares: the input shapes llama-server takes, and its native answer.
+
+``/embeddings`` (and ``/embedding``) answer in llama-server's own shape, as does ``/v1/embeddings`` when the inputs
+come as ``content`` rather than ``input``: ``[{"index", "embedding": [[...]]}]``, one row per input (llama-server
+gives one row per token under ``--pooling none``, which we do not serve).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic_core
+from fastapi import Request, Response
+
+from localinfer.app.server.disconnect import unless_disconnected
+from localinfer.backends.base import EmbeddingInput
+from localinfer.engine.engine import Engine
+from localinfer.errors import InvalidRequest
+
+MAX_INPUTS = 2048  # OpenAI's own bound on one request's inputs
+
+_SHAPES = 'a string, an array of token ids, or a list of strings, arrays of token ids and {"content": text} objects'
+
+
+def embedding_inputs(given: Any, param: str) -> list[EmbeddingInput]:
+    """``given`` as inputs to embed, in any shape llama-server takes: a text, token ids, or a list of texts, token
+    id lists and ``{"content": text or [{"type": "text", "text"}]}`` objects, mixed. Raises InvalidRequest for another
+    shape, none, or more than MAX_INPUTS."""
+    if isinstance(given, str):
+        inputs: list[EmbeddingInput] = [given]
+    elif isinstance(given, list) and given and all(_is_token(x) for x in given):
+        inputs = [list(given)]
+    elif isinstance(given, list):
+        inputs = [_one_input(x, param) for x in given]
+    else:
+        raise InvalidRequest(f"{param} must be {_SHAPES}", param=param)
+    if not inputs:
+        raise InvalidRequest(f"{param} is empty", param=param)
+    if len(inputs) > MAX_INPUTS:
+        raise InvalidRequest(f"{param} holds {len(inputs)} items; at most {MAX_INPUTS} are allowed", param=param)
+    return inputs
+
+
+def _one_input(value: Any, param: str) -> EmbeddingInput:
+    if isinstance(value, str):
+        return value
+    if _is_tokens(value):
+        return list(value)
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    if isinstance(value, dict) and isinstance(value.get("content"), list):
+        parts = value["content"]
+        if all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in parts):
+            return "".join(p["text"] for p in parts)
+        raise InvalidRequest("only text content parts can be embedded", param=param)
+    raise InvalidRequest(f"{param} must be {_SHAPES}", param=param)
+
+
+def _is_token(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_tokens(value: object) -> bool:
+    return isinstance(value, list) and all(_is_token(x) for x in value)
+
+
+async def native_embeddings(request: Request, model: str, inputs: list[EmbeddingInput], *, normalize: bool) -> Response:
+    """llama-server's answer for ``inputs``: each pooled vector (L2-normalised with ``normalize``) as a row."""
+    engine: Engine = request.app.state.engine
+    result = await unless_disconnected(request, engine.embed(model, inputs, normalize=normalize))
+    answer = [{"index": index, "embedding": [list(vector)]} for index, vector in enumerate(result.vectors)]
+    return Response(pydantic_core.to_json(answer), media_type="application/json")
