@@ -84,14 +84,19 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None
     infill: bool = False  # llama.cpp's infill sampler (llama-server's "infill" in samplers), after top-k/top-p/min-p
+    # added to tokens' logits before sampling, as (token id or text, bias): a text's every token gets the bias (the
+    # backend tokenizes it, without BOS or control tokens, as llama-server does); -inf bans; biases of a token add up
+    logit_bias: tuple[tuple[int | str, float], ...] = ()
 
 
 @dataclass(frozen=True)
 class ResponseFormat:
-    """``text`` (free), ``json_object`` (any JSON object) or ``json_schema`` (JSON matching ``schema``)."""
+    """``text`` (free), ``json_object`` (any JSON object), ``json_schema`` (JSON matching ``schema``) or ``grammar``
+    (text matching ``grammar``, a GBNF grammar as llama.cpp writes them)."""
 
-    type: Literal["text", "json_object", "json_schema"] = "text"
+    type: Literal["text", "json_object", "json_schema", "grammar"] = "text"
     schema: dict[str, Any] | None = None
+    grammar: str = ""
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,9 @@ class Relay(Protocol):
 @dataclass(frozen=True)
 class Capabilities:
     formats: tuple[str, ...]
-    grammar: bool = False
+    grammar: bool = False  # holds output to a JSON schema (ResponseFormat json_object, json_schema)
+    gbnf: bool = False  # holds output to a GBNF grammar (ResponseFormat grammar)
+    logit_bias: bool = False  # adds SamplingParams.logit_bias to the logits
     batching: bool = False
     token_prompts: bool = False  # takes a prompt as token ids (GenerationRequest.tokens)
     kv_cache_types: bool = False  # keeps its KV cache in the types LoadSpec.cache_type_k/v name
@@ -113,6 +115,7 @@ class ModelFacts:
     bos_id: int = -1  # the BOS token's id, -1 when the model has none
     n_batch: int = 512  # tokens one decode takes at most (llama-server's --batch-size; sizes the FIM prompt)
     reranker: bool = False  # its metadata states rank pooling: it scores query and document pairs, nothing else
+    eog_ids: tuple[int, ...] = ()  # its end-of-generation tokens (what llama-server's ignore_eos bans)
     cache_type_k: str = ""  # the element types its KV cache is kept in; "": the backend's own (ONNX, vLLM)
     cache_type_v: str = ""
 
@@ -315,6 +318,15 @@ def not_a_reranker(model: str) -> InvalidRequest:
         "pairs; rerank with a reranker model",
         param="model",
     )
+
+
+def check_supported(name: str, capabilities: Capabilities, options: GenerationOptions) -> None:
+    """Refuses what ``options`` ask that a backend of ``capabilities`` (named ``name``) cannot honour: logit biases
+    and GBNF grammars change the answer, so they are never dropped. Raises InvalidRequest naming the field."""
+    if options.sampling.logit_bias and not capabilities.logit_bias:
+        raise InvalidRequest(f"logit_bias is not supported by the {name} backend", param="logit_bias")
+    if options.response_format.type == "grammar" and not capabilities.gbnf:
+        raise InvalidRequest(f"a GBNF grammar is not supported by the {name} backend", param="grammar")
 
 
 def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> GenerationOptions:

@@ -29,6 +29,7 @@ from localinfer.backends.base import (
     SlotInfo,
     SlotUsage,
     TokenPiece,
+    check_supported,
     not_a_reranker,
     reranker_refusal,
 )
@@ -549,6 +550,7 @@ class Engine:
         when the request reached the engine, ``time.perf_counter()``). Raises InvalidRequest for a reranker."""
         if runner.backend.facts.reranker:
             raise reranker_refusal(f"model '{runner.name}'", "generate text")
+        check_supported(runner.backend.name, runner.backend.capabilities, generation.options)
         chunks = self._in_flight.stream(runner.backend.generate(generation))
         return self.metrics.observe(runner.manifest.name, chunks, started=started)
 

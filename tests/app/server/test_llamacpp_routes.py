@@ -294,9 +294,7 @@ def test_bad_completion_bodies_are_400s_in_llamacpp_shape(smollm2_server: Server
     "field,value",
     [
         ("mirostat", 2),
-        ("grammar", "root ::= [a-z]+"),
         ("n_probs", 3),
-        ("logit_bias", [[15, -100]]),
         ("samplers", ["mirostat"]),
         ("typical_p", 0.5),
         ("response_fields", ["content"]),

@@ -34,7 +34,7 @@ from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.model import LlamaModel, check_attention
 from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
 from localinfer.backends.llamacpp.rerank import rerank_prompts
-from localinfer.backends.llamacpp.sampling import build_sampler, is_greedy_alone
+from localinfer.backends.llamacpp.sampling import build_sampler, is_greedy_alone, resolve_logit_bias, token_bias
 from localinfer.backends.llamacpp.speculative import PromptDraftFactory
 from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
@@ -80,6 +80,8 @@ class LlamaCppBackend(Backend):
     capabilities: ClassVar[Capabilities] = Capabilities(
         formats=("gguf",),
         grammar=True,
+        gbnf=True,
+        logit_bias=True,
         batching=True,
         token_prompts=True,
         kv_cache_types=True,
@@ -168,16 +170,23 @@ class LlamaCppBackend(Backend):
             raise InvalidRequest("the prompt is empty", param="prompt")
         if len(prompt) >= model.n_ctx:
             raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx)
+        sampling = resolve_logit_bias(
+            options.sampling,
+            tokenize=functools.partial(model.tokenize, add_special=False, parse_special=False),
+            n_vocab=lc.llama_vocab_n_tokens(model.vocab),
+            banned=self.facts.eog_ids if options.ignore_eos else (),  # as llama-server's ignore_eos
+        )
         constraint = None
         if options.response_format.type != "text" and self._constraints is not None:
             constraint = await asyncio.to_thread(self._constraints.compile, options.response_format)
-        sampler = build_sampler(lc.llama_vocab_n_tokens(model.vocab), options.sampling, constraint, vocab=model.vocab)
+        sampler = build_sampler(lc.llama_vocab_n_tokens(model.vocab), sampling, constraint, vocab=model.vocab)
         chunks: ChunkQueue = asyncio.Queue()
         job = Job(
             request_id=request.request_id,
             prompt=prompt,
             sampler=sampler,
             greedy=is_greedy_alone(sampler),
+            greedy_bias=token_bias(sampling),
             max_tokens=options.max_tokens,
             ignore_eos=options.ignore_eos,
             cache_prompt=options.cache_prompt,

@@ -1,5 +1,5 @@
-"""Constrained output through llguidance: a JSON schema becomes a matcher that yields a token mask per step,
-applied as a sampler in llama.cpp's chain.
+"""Constrained output through llguidance: a JSON schema, or a GBNF grammar (llama.cpp's, converted to llguidance's
+Lark dialect), becomes a matcher that yields a token mask per step, applied as a sampler in llama.cpp's chain.
 
 Compiling is bounded: llguidance builds its lexer lazily under fuel limits, and the compile (which the backend
 runs in a worker thread, off the event loop) computes the first mask and the one after the bytes the grammar
@@ -19,6 +19,7 @@ import json
 import logging
 import threading
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp.llama_cpp as lc
@@ -37,6 +38,7 @@ from localinfer.types import ResponseFormat
 log = logging.getLogger(__name__)
 
 SCHEMA_PARAM = "response_format.json_schema.schema"
+GRAMMAR_PARAM = "grammar"  # llama-server's field for a GBNF grammar
 
 # llguidance's defaults allow 1,000,000 units of lexer fuel for building regexes: seconds and hundreds of MiB
 # for a pattern such as ((x{1000}){1000}){1000} on a small CPU. A fifth of that keeps the worst case near a
@@ -82,16 +84,22 @@ class ConstraintCompiler:
         a hostile schema, a second on first use): call it from a worker thread.
 
         Raises InvalidRequest naming ``response_format.json_schema.schema`` when the schema is invalid, uses
-        something llguidance does not implement, or is too large or complex to enforce within the limits.
+        something llguidance does not implement, or is too large or complex to enforce within the limits; naming
+        ``grammar`` when a GBNF grammar is.
         """
         if response_format.type == "text":
             return None
-        schema_text = _schema_text(response_format)
+        is_grammar = response_format.type == "grammar"
+        refused = _grammar_refused if is_grammar else _refused
+        source = response_format.grammar if is_grammar else _schema_text(response_format)
         tokenizer = self.tokenizer()
         try:
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema_text, overrides=JSON_OPTIONS)
+            if is_grammar:
+                grammar = _from_gbnf(source)
+            else:
+                grammar = llguidance.LLMatcher.grammar_from_json_schema(source, overrides=JSON_OPTIONS)
             matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=_limits())
-            _probe(matcher)
+            _probe(matcher, refused)
             constraint = Constraint(matcher, self._n_vocab, self._eog)
             constraint.prime()
         except InvalidRequest:
@@ -99,13 +107,25 @@ class ConstraintCompiler:
         except BaseException as exc:  # ValueError for a bad schema; a Rust panic arrives as a BaseException
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
-            raise _refused(str(exc)) from exc
+            raise refused(str(exc)) from exc
         if constraint.error:
-            raise _refused(constraint.error)
+            raise refused(constraint.error)
         return constraint
 
 
-def _probe(matcher: llguidance.LLMatcher) -> None:
+def _from_gbnf(text: str) -> str:
+    """llguidance's grammar for a GBNF grammar (one already in llguidance's Lark dialect is taken as it is).
+    Raises InvalidRequest naming ``grammar`` when it cannot be read."""
+    if not text.strip():
+        raise InvalidRequest("the grammar is empty", param=GRAMMAR_PARAM)
+    try:
+        return llguidance.grammar_from("gbnf", text)
+    except (ValueError, RecursionError) as exc:
+        reason = str(exc).removeprefix("Failed to convert the grammar from GBNF to Lark: ")
+        raise _grammar_refused(reason) from exc
+
+
+def _probe(matcher: llguidance.LLMatcher, refused: Callable[[str], InvalidRequest]) -> None:
     """Walk a copy of the matcher through the bytes the grammar forces at the start (such as the quote that
     opens a string) and compute the mask after them: a regex that explodes mostly shows there, so it is paid
     for by the compile, in its worker thread, and refused, rather than by a step of the inference thread.
@@ -113,13 +133,13 @@ def _probe(matcher: llguidance.LLMatcher) -> None:
     Raises InvalidRequest when a limit is hit. A limit first hit later still fails only its own request.
     """
     if matcher.is_error():
-        raise _refused(matcher.get_error())
+        raise refused(matcher.get_error())
     probe = matcher.deep_copy()
     forced = probe.compute_ff_tokens()
     if forced and probe.consume_tokens(forced) and not probe.is_stopped():
         probe.compute_bitmask()
     if probe.is_error():
-        raise _refused(probe.get_error())
+        raise refused(probe.get_error())
 
 
 def _schema_text(response_format: ResponseFormat) -> str:
@@ -135,12 +155,23 @@ def _schema_text(response_format: ResponseFormat) -> str:
 
 
 def _refused(reason: str) -> InvalidRequest:
-    first_line = reason.strip().splitlines()[0] if reason.strip() else "unknown error"
     return InvalidRequest(
-        f"the JSON schema cannot be enforced: {first_line[:500]}",
+        f"the JSON schema cannot be enforced: {_first_line(reason)}",
         param=SCHEMA_PARAM,
         hint="simplify the schema: fewer or smaller nested repetitions and patterns, supported keywords only",
     )
+
+
+def _grammar_refused(reason: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"the grammar cannot be enforced: {_first_line(reason)}",
+        param=GRAMMAR_PARAM,
+        hint="write it in GBNF, llama.cpp's grammar format, with a root rule",
+    )
+
+
+def _first_line(reason: str) -> str:
+    return (reason.strip().splitlines()[0] if reason.strip() else "unknown error")[:500]
 
 
 class Constraint:

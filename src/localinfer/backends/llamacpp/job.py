@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.llamacpp.checkpoints import Checkpoint
+from localinfer.backends.llamacpp.sampling import TokenBias
 from localinfer.backends.llamacpp.speculative import Speculation
 from localinfer.backends.text_stream import TextStream
 from localinfer.types import FinishReason, Timings, TokenChunk, TokenLogprob, Usage
@@ -67,6 +68,7 @@ class Job:
     text: TextStream
     cache_prompt: bool = True
     greedy: bool = False  # the sampler is the greedy one alone: the step loop takes the logits' argmax instead
+    greedy_bias: TokenBias | None = None  # the logit biases (of a greedy sampler) that argmax adds first
     cancelled: bool = False
     cached_tokens: int = 0
     generated: int = 0

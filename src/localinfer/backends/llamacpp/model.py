@@ -276,6 +276,10 @@ class LlamaModel:
     def is_eog(self, token: int) -> bool:
         return bool(lc.llama_vocab_is_eog(self.vocab, token))
 
+    def eog_ids(self) -> tuple[int, ...]:
+        """The end-of-generation tokens, in id order. Reads the whole vocabulary (once, at load)."""
+        return tuple(t for t in range(int(lc.llama_vocab_n_tokens(self.vocab))) if lc.llama_vocab_is_eog(self.vocab, t))
+
     # --- metadata ---------------------------------------------------------------------------------------
 
     def meta(self, key: str) -> str | None:
@@ -310,6 +314,7 @@ class LlamaModel:
             bos_id=int(bos),
             n_batch=self.n_batch,
             reranker=self.stated_pooling() == lc.LLAMA_POOLING_TYPE_RANK,
+            eog_ids=self.eog_ids(),
             cache_type_k=self.cache_types[0],
             cache_type_v=self.cache_types[1],
         )

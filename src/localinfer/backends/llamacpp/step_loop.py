@@ -345,7 +345,7 @@ class StepLoop:
         model = self._model
         try:
             if job.greedy:
-                token = greedy_token(self._ctx, index, self._n_vocab)
+                token = greedy_token(self._ctx, index, self._n_vocab, job.greedy_bias)
             else:
                 token = lc.llama_sampler_sample(job.sampler, self._ctx, index)
             job.t_last_token = time.perf_counter()

@@ -9,6 +9,7 @@ or only the keys ``response_fields`` names, flat (``"timings/prompt_n"``), as ll
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -20,7 +21,7 @@ from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.llamacpp.responses import Served, final_body, sse_stream
-from localinfer.app.server.llamacpp.wire import CompletionBody
+from localinfer.app.server.llamacpp.wire import CompletionBody, with_token_ids
 from localinfer.engine.engine import Engine
 from localinfer.types import GenerationOptions, InfillRequest
 
@@ -68,9 +69,9 @@ class InfillBody(CompletionBody):
             priority=self.priority or "high",
         )
 
-    def infill_settings(self, options: GenerationOptions, n_ctx: int) -> dict[str, Any]:
+    def infill_settings(self, options: GenerationOptions, n_ctx: int, eog_ids: tuple[int, ...] = ()) -> dict[str, Any]:
         """llama-server's ``generation_settings`` for this request."""
-        settings = self.settings(options, n_ctx)
+        settings = self.settings(options, n_ctx, eog_ids)
         if options.sampling.infill:
             settings["samplers"] = [*settings["samplers"][:-1], INFILL_SAMPLER, settings["samplers"][-1]]
         return {**settings, "n_indent": self.n_indent, "t_max_predict_ms": self.t_max_predict_ms}
@@ -96,9 +97,12 @@ async def infill(body: InfillBody, request: Request) -> JSONResponse | Streaming
     engine: Engine = request.app.state.engine
     model = requested_model(request, body.model)
     core = body.to_core(model)
+    tokenize = functools.partial(engine.tokenize, model, add_special=False, parse_special=False)
+    core = dataclasses.replace(core, options=await with_token_ids(core.options, tokenize))
     facts = await engine.facts(model)
     stream = await unless_disconnected(request, primed(engine.infill(core)))
-    served = Served(model=model, prompt=body.prompt, settings=body.infill_settings(core.options, facts.n_ctx))
+    settings = body.infill_settings(core.options, facts.n_ctx, facts.eog_ids)
+    served = Served(model=model, prompt=body.prompt, settings=settings)
     if body.stream:
         return StreamingResponse(sse_stream(stream, served), media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -16,7 +18,13 @@ from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.llamacpp.info import router as info_router
 from localinfer.app.server.llamacpp.rerank import router as rerank_router
 from localinfer.app.server.llamacpp.responses import Served, final_body, sse_stream
-from localinfer.app.server.llamacpp.wire import CompletionBody, DetokenizeBody, Prompt, TokenizeBody
+from localinfer.app.server.llamacpp.wire import (
+    CompletionBody,
+    DetokenizeBody,
+    Prompt,
+    TokenizeBody,
+    with_token_ids,
+)
 from localinfer.engine.engine import Engine
 from localinfer.errors import InvalidRequest
 from localinfer.types import CompletionRequest
@@ -36,14 +44,14 @@ def _engine(request: Request) -> Engine:
 async def completion(body: CompletionBody, request: Request) -> JSONResponse | StreamingResponse:
     engine = _engine(request)
     model = requested_model(request, body.model)
-    options = body.options()
+    options = await with_token_ids(body.options(), _text_tokenizer(engine, model))
     facts = await engine.facts(model)
     text = body.prompt if isinstance(body.prompt, str) else ""
     tokens: tuple[int, ...] = ()
     if not isinstance(body.prompt, str):
         tokens = tuple(await _tokens(engine, model, body.prompt, add_special=True, parse_special=True))
         text = await _text(engine, model, tokens)  # refuses an id outside the vocabulary
-    served = Served(model, text, body.settings(options, facts.n_ctx))
+    served = Served(model, text, body.settings(options, facts.n_ctx, facts.eog_ids))
     core = CompletionRequest(
         model=model, prompt=text, options=options, tokens=tokens, priority=body.priority or "normal"
     )
@@ -93,6 +101,11 @@ async def _tokens(engine: Engine, model: str, prompt: Prompt, *, add_special: bo
             first = add_special and i == 0
             tokens.extend(await engine.tokenize(model, part, add_special=first, parse_special=parse_special))
     return tokens
+
+
+def _text_tokenizer(engine: Engine, model: str) -> Callable[[str], Awaitable[list[int]]]:
+    """The model's tokenizer for a logit bias's text: no BOS, control tokens' text read as text (llama-server's)."""
+    return functools.partial(engine.tokenize, model, add_special=False, parse_special=False)
 
 
 async def _text(engine: Engine, model: str, tokens: list[int] | tuple[int, ...]) -> str:

@@ -2,19 +2,21 @@
 types here and nowhere else.
 
 Unknown fields are ignored, as llama-server ignores them. A field we know but cannot honour, and that would change
-the answer (a grammar, mirostat, logit biases, token probabilities...), is a 400 naming it, never dropped.
+the answer (mirostat, token probabilities, a JSON schema...), is a 400 naming it, never dropped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from localinfer.app.server.core.logit_bias import parse_logit_bias, shown_logit_bias
 from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
-from localinfer.types import GenerationOptions, Priority, SamplingParams
+from localinfer.types import GenerationOptions, Priority, ResponseFormat, SamplingParams
 
 # A prompt: text, or token ids, or both mixed (llama-server's tokenize_mixed): ``[12, 34, "text", 56]``. An id is a
 # JSON integer: ``true`` or ``1.0`` is refused, not read as 1.
@@ -35,9 +37,7 @@ _UNSUPPORTED: Final[tuple[tuple[str, Any], ...]] = (
     ("dry_multiplier", 0.0),
     ("top_n_sigma", -1.0),
     ("n_probs", 0),
-    ("grammar", ""),
     ("json_schema", None),
-    ("logit_bias", None),
     ("lora", None),
     ("image_data", None),
     ("multimodal_data", None),
@@ -83,6 +83,8 @@ class CompletionBody(_Wire):
     priority: Priority | None = None  # localinfer's: who gets a free slot first (/infill: high, else normal)
     ignore_eos: bool = False
     samplers: list[str] | str | None = None
+    logit_bias: dict[str, Any] | list[Any] | None = None  # core/logit_bias.py: OpenAI's map or llama-server's list
+    grammar: str = ""  # a GBNF grammar the text follows ("": none)
 
     @property
     def n_tokens(self) -> int | None:
@@ -109,18 +111,23 @@ class CompletionBody(_Wire):
             presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
             seed=None if self.seed < 0 else self.seed,
+            logit_bias=parse_logit_bias(self.logit_bias),
         )
         return GenerationOptions(
             sampling=_only_samplers(sampling, self.samplers),
             max_tokens=self.n_tokens,
             stop=self.stops,
+            response_format=ResponseFormat("grammar", grammar=self.grammar) if self.grammar else ResponseFormat(),
             ignore_eos=self.ignore_eos,
             cache_prompt=self.cache_prompt,
         )
 
-    def settings(self, options: GenerationOptions, n_ctx: int) -> dict[str, Any]:
-        """llama-server's ``generation_settings``: what the request was served with."""
+    def settings(self, options: GenerationOptions, n_ctx: int, eog_ids: tuple[int, ...] = ()) -> dict[str, Any]:
+        """llama-server's ``generation_settings``: what the request was served with. ``eog_ids``: the model's
+        end-of-generation tokens, which an ``ignore_eos`` request bans after its own biases (as llama-server
+        shows it); its biases' texts are shown as they are unless resolved first (with_token_ids)."""
         s = options.sampling
+        bans = tuple((token, float("-inf")) for token in eog_ids) if options.ignore_eos else ()
         n_predict = -1 if options.max_tokens is None else options.max_tokens
         return {
             "n_ctx": n_ctx,
@@ -138,6 +145,8 @@ class CompletionBody(_Wire):
             "stop": list(options.stop),
             "ignore_eos": options.ignore_eos,
             "stream": self.stream,
+            "logit_bias": shown_logit_bias(s.logit_bias + bans),
+            "grammar": options.response_format.grammar,
             "cache_prompt": options.cache_prompt,
             "samplers": [name for name in ("penalties", "top_k", "top_p", "min_p", "temperature") if _runs(name, s)],
         }
@@ -156,6 +165,22 @@ class DetokenizeBody(_Wire):
     """``POST /detokenize``."""
 
     tokens: list[TokenId]
+
+
+async def with_token_ids(
+    options: GenerationOptions, tokenize: Callable[[str], Awaitable[list[int]]]
+) -> GenerationOptions:
+    """``options`` with each logit bias on a text made one on each of its tokens, as llama-server resolves them
+    (``tokenize``: the model's, without BOS or control tokens), so that the settings shown name token ids."""
+    biases = options.sampling.logit_bias
+    if not any(isinstance(key, str) for key, _ in biases):
+        return options
+    resolved: list[tuple[int | str, float]] = []
+    for key, bias in biases:
+        tokens = await tokenize(key) if isinstance(key, str) else [key]
+        resolved.extend((token, bias) for token in tokens)
+    sampling = dataclasses.replace(options.sampling, logit_bias=tuple(resolved))
+    return dataclasses.replace(options, sampling=sampling)
 
 
 def _only_samplers(sampling: SamplingParams, samplers: list[str] | str | None) -> SamplingParams:

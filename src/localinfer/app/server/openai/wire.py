@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from localinfer.app.server.core.logit_bias import parse_logit_bias
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import ToolWire
 from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
@@ -107,14 +108,22 @@ class _SamplingWire(_Wire):
     max_tokens: int | None = Field(None, ge=1)
     ignore_eos: bool = False
     cache_prompt: bool = True
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, Any] | list[Any] | None = None  # core/logit_bias.py: OpenAI's map or llama-server's list
+    grammar: str | None = None  # llama-server's extension: a GBNF grammar the text follows
 
     def _check_supported(self) -> None:
         """Fields that would change the answer and cannot be honoured are refused, never dropped."""
         if self.n != 1:
             raise InvalidRequest(f"n={self.n} is not supported: only one choice per request (n=1)", param="n")
-        if self.logit_bias:
-            raise InvalidRequest("logit_bias is not supported yet", param="logit_bias")
+
+    def _constraint(self, response_format: ResponseFormat) -> ResponseFormat:
+        """``response_format``, or the ``grammar`` given instead. Raises InvalidRequest naming ``grammar`` when
+        both are given, as llama-server refuses them."""
+        if not self.grammar:
+            return response_format
+        if response_format.type != "text":
+            raise InvalidRequest("Cannot use both json_schema and grammar", param="grammar")
+        return ResponseFormat("grammar", grammar=self.grammar)
 
     def _n_logprobs(self) -> int | None:
         """How many most likely tokens to report beside each generated one; None: no log-probabilities."""
@@ -134,12 +143,13 @@ class _SamplingWire(_Wire):
             presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
             seed=self.seed,
+            logit_bias=parse_logit_bias(self.logit_bias),
         )
         return GenerationOptions(
             sampling=sampling,
             max_tokens=max_tokens,
             stop=tuple(stops),
-            response_format=response_format,
+            response_format=self._constraint(response_format),
             ignore_eos=self.ignore_eos,
             cache_prompt=self.cache_prompt,
             refuse_max_tokens_past_context=True,  # as OpenAI and vLLM do
@@ -166,6 +176,8 @@ class ChatCompletionBody(_SamplingWire):
         return (self.top_logprobs or 0) if self.logprobs else None
 
     def to_core(self) -> ChatRequest:
+        if self.grammar and self.tools:  # llama-server's refusal: the tools' own grammar would be replaced
+            raise InvalidRequest("Cannot use custom grammar constraints with tools.", param="grammar")
         tools, tool_choice = tools_to_core(self.tools, self.tool_choice)
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         response_format = self.response_format.to_core() if self.response_format else ResponseFormat()
