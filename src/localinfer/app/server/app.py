@@ -28,12 +28,14 @@ from localinfer.app.server.llamacpp.embeddings import router as llamacpp_embeddi
 from localinfer.app.server.llamacpp.infill import router as llamacpp_infill_router
 from localinfer.app.server.llamacpp.models import router as llamacpp_models_router
 from localinfer.app.server.llamacpp.routes import router as llamacpp_router
+from localinfer.app.server.llamacpp.slot_actions import router as llamacpp_slot_actions_router
 from localinfer.app.server.ollama.embed import router as ollama_embed_router
 from localinfer.app.server.ollama.generation import router as ollama_generation_router
 from localinfer.app.server.ollama.routes import router as ollama_router
 from localinfer.app.server.ollama.show import router as ollama_show_router
 from localinfer.app.server.openai.chat_prompt import router as chat_prompt_router
 from localinfer.app.server.openai.embeddings import router as openai_embeddings_router
+from localinfer.app.server.openai.responses_api import router as openai_responses_router
 from localinfer.app.server.openai.routes import root_router as openai_root_router
 from localinfer.app.server.openai.routes import router as openai_router
 from localinfer.app.server.relay import EngineRelay
@@ -99,11 +101,13 @@ def create_app(
     app.include_router(openai_router)
     app.include_router(openai_root_router)
     app.include_router(chat_prompt_router)
+    app.include_router(openai_responses_router)
     app.include_router(llamacpp_embeddings_router)
     app.include_router(ollama_router)
     app.include_router(llamacpp_infill_router)
     app.include_router(llamacpp_router)
     app.include_router(llamacpp_models_router)
+    app.include_router(llamacpp_slot_actions_router)
     app.include_router(ollama_generation_router)
     app.include_router(ollama_show_router)
     app.include_router(openai_embeddings_router)
