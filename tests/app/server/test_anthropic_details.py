@@ -128,6 +128,11 @@ def test_empty_messages_are_answered_as_llama_server_answers_them(
     assert mine["stop_reason"] == reference["stop_reason"]
     assert mine["usage"]["output_tokens"] == reference["usage"]["output_tokens"]
 
+    def prompt(usage: dict[str, int]) -> int:
+        return usage["input_tokens"] + usage["cache_read_input_tokens"]
+
+    assert prompt(mine["usage"]) == prompt(reference["usage"])  # the same prompt: the template with no turn
+
 
 def test_empty_messages_with_a_system_text_answer_it(claude: anthropic.Anthropic, model_name: str) -> None:
     message = claude.messages.create(
