@@ -14,8 +14,9 @@ A stream is the API's named server-sent events, each with its ``type`` and a ``s
 ``response.content_part.done``, ``response.output_item.done``; per call ``response.output_item.added``,
 ``response.function_call_arguments.delta`` (the arguments whole), ``response.function_call_arguments.done``,
 ``response.output_item.done``; then ``response.completed`` (or ``response.incomplete``) with the whole response
-and, as llama-server adds it, its ``timings``. There is no ``[DONE]``, as in OpenAI's and llama-server's streams.
-An error after the stream began ends it with ``response.failed``, the response's ``error`` saying why.
+and, as llama-server adds it, its ``timings`` (llama-server's whole set, as its native routes send it). There is
+no ``[DONE]``, as in OpenAI's and llama-server's streams. An error after the stream began ends it with
+``response.failed``, the response's ``error`` saying why.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from localinfer.app.server.core.streams import Collected
 from localinfer.app.server.errors import openai_error
-from localinfer.app.server.openai.responses import timings_body
+from localinfer.app.server.llamacpp.responses import timings_body
 from localinfer.errors import LocalInferError
 from localinfer.types import FinishReason, TokenChunk, TokenStream, ToolCall, Usage
 
@@ -160,7 +161,7 @@ async def sse_events(stream: TokenStream, reply: Reply) -> AsyncIterator[str]:
                     for piece in _call_events(event, reply, call, len(output)):
                         yield piece
                     output.append(reply.call_item(call))
-                timings = {"timings": timings_body(chunk.timings)} if chunk.timings is not None else {}
+                timings = {"timings": timings_body(chunk.timings, chunk.usage)} if chunk.timings is not None else {}
                 yield event(f"response.{status}", response=reply.response(status, output, chunk.usage), **timings)
     except LocalInferError as exc:
         error = openai_error(exc)[1]["error"]
