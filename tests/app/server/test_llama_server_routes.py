@@ -39,14 +39,14 @@ def llama_server_answers(
     """What llama-server answers, on SmolLM2 and on its embedding model; it runs only while it is asked, alone."""
     answers: dict[str, Any] = {}
     with llama_server(smollm2.path, tmp_path_factory.mktemp("llama-server"), "-c", "2048", "-np", "1") as url:
-        answers["apply-template"] = httpx.post(f"{url}/apply-template", json=CHAT, timeout=60).json()
-        answers["input_tokens"] = httpx.post(f"{url}/chat/completions/input_tokens", json=CHAT, timeout=60).json()
-        answers["models"] = httpx.get(f"{url}/models", timeout=60).json()
-        answers["v1/health"] = httpx.get(f"{url}/v1/health", timeout=60)
+        answers["apply-template"] = httpx.post(f"{url}/apply-template", json=CHAT, timeout=120).json()
+        answers["input_tokens"] = httpx.post(f"{url}/chat/completions/input_tokens", json=CHAT, timeout=120).json()
+        answers["models"] = httpx.get(f"{url}/models", timeout=120).json()
+        answers["v1/health"] = httpx.get(f"{url}/v1/health", timeout=120)
     log_dir = tmp_path_factory.mktemp("llama-server-embed")
     with llama_server(smollm2_embed.path, log_dir, "-c", "2048", "-np", "1", "--embeddings") as url:
-        answers["embeddings"] = httpx.post(f"{url}/embeddings", json={"content": TEXTS}, timeout=60).json()
-        answers["embeddings-input"] = httpx.post(f"{url}/embeddings", json={"input": TEXTS[0]}, timeout=60).json()
+        answers["embeddings"] = httpx.post(f"{url}/embeddings", json={"content": TEXTS}, timeout=120).json()
+        answers["embeddings-input"] = httpx.post(f"{url}/embeddings", json={"input": TEXTS[0]}, timeout=120).json()
     return answers
 
 
@@ -92,7 +92,7 @@ def test_health_answers_under_v1_too(server: Server, llama_server_answers: dict[
 def test_apply_template_renders_the_prompt_llama_server_renders(
     server: Server, llama_server_answers: dict[str, Any]
 ) -> None:
-    ours = httpx.post(f"{server.url}/apply-template", json=CHAT, timeout=60)
+    ours = httpx.post(f"{server.url}/apply-template", json=CHAT, timeout=120)
     assert ours.status_code == 200, ours.text
     assert ours.json() == llama_server_answers["apply-template"]
     assert ours.json()["prompt"].endswith("<|im_start|>assistant\n")
@@ -103,7 +103,7 @@ def test_input_tokens_counts_the_chat_prompt_as_llama_server_does(
 ) -> None:
     theirs = llama_server_answers["input_tokens"]
     for path in ("/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"):
-        ours = httpx.post(f"{server.url}{path}", json=CHAT, timeout=60)
+        ours = httpx.post(f"{server.url}{path}", json=CHAT, timeout=120)
         assert ours.status_code == 200, ours.text
         assert ours.json() == theirs and theirs["input_tokens"] > 20
 
@@ -134,14 +134,14 @@ def test_native_embeddings_answer_in_llama_servers_shape_with_its_vectors(
 ) -> None:
     theirs = llama_server_answers["embeddings"]
     for path in ("/embeddings", "/embedding"):
-        ours = httpx.post(f"{embed_server.url}{path}", json={"content": TEXTS}, timeout=60)
+        ours = httpx.post(f"{embed_server.url}{path}", json={"content": TEXTS}, timeout=120)
         assert ours.status_code == 200, ours.text
         body = ours.json()
         assert [e["index"] for e in body] == [e["index"] for e in theirs] == [0, 1]
         assert all(len(e["embedding"]) == 1 for e in body)  # one pooled row per input, as llama-server's
         for mine, reference in zip(body, theirs, strict=True):
             assert close(mine["embedding"][0], reference["embedding"][0])
-    one = httpx.post(f"{embed_server.url}/embeddings", json={"input": TEXTS[0]}, timeout=60).json()
+    one = httpx.post(f"{embed_server.url}/embeddings", json={"input": TEXTS[0]}, timeout=120).json()
     assert close(one[0]["embedding"][0], llama_server_answers["embeddings-input"][0]["embedding"][0])
 
 
@@ -149,14 +149,14 @@ def test_embeddings_take_content_objects_and_lists_mixing_text_and_token_ids(emb
     url = embed_server.url
     tokens = httpx.post(f"{url}/tokenize", json={"content": TEXTS[1]}, timeout=30).json()["tokens"]
     mixed = httpx.post(
-        f"{url}/v1/embeddings", json={"input": [TEXTS[0], tokens, {"content": TEXTS[1]}]}, timeout=60
+        f"{url}/v1/embeddings", json={"input": [TEXTS[0], tokens, {"content": TEXTS[1]}]}, timeout=120
     ).json()
     vectors = [d["embedding"] for d in mixed["data"]]
     assert len(vectors) == 3 and close(vectors[1], vectors[2])  # the same text, as ids and as a content object
-    plain = httpx.post(f"{url}/v1/embeddings", json={"input": TEXTS[0]}, timeout=60).json()["data"][0]["embedding"]
+    plain = httpx.post(f"{url}/v1/embeddings", json={"input": TEXTS[0]}, timeout=120).json()["data"][0]["embedding"]
     assert close(vectors[0], plain)
     # "content" in place of "input" is llama-server's, and gets its native shape even under /v1
-    native = httpx.post(f"{url}/v1/embeddings", json={"content": TEXTS[0]}, timeout=60).json()
+    native = httpx.post(f"{url}/v1/embeddings", json={"content": TEXTS[0]}, timeout=120).json()
     assert isinstance(native, list) and close(native[0]["embedding"][0], plain)
 
 

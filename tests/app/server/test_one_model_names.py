@@ -34,7 +34,9 @@ def test_any_model_name_gets_the_one_model_and_the_answer_names_it(one_model: Se
     assert chat.model == smollm2.name and chat.choices[0].message.content
     text = client.completions.create(model="gpt-3.5-turbo-instruct", prompt="Hello", max_tokens=3)
     assert text.model == smollm2.name and text.choices[0].text
-    native = httpx.post(f"{one_model.url}/completion", json={"model": "whatever", "prompt": "Hi", "n_predict": 2})
+    native = httpx.post(
+        f"{one_model.url}/completion", json={"model": "whatever", "prompt": "Hi", "n_predict": 2}, timeout=120
+    )
     assert native.status_code == 200 and native.json()["model"] == smollm2.name
 
 
@@ -45,14 +47,16 @@ def test_claude_code_naming_a_claude_model_gets_the_one_model(one_model: Server,
 
 
 def test_ollama_routes_keep_ollamas_404_for_an_unknown_name(one_model: Server) -> None:
-    reply = httpx.post(f"{one_model.url}/api/chat", json={"model": "llama3", "messages": HI, "stream": False})
+    reply = httpx.post(
+        f"{one_model.url}/api/chat", json={"model": "llama3", "messages": HI, "stream": False}, timeout=120
+    )
     assert reply.status_code == 404 and "llama3" in reply.json()["error"]
 
 
 def test_a_name_that_looks_like_a_path_keeps_its_404(one_model: Server) -> None:
     for name in PATH_NAMES:
         body = {"model": name, "messages": HI, "max_tokens": 2}
-        reply = httpx.post(f"{one_model.url}/v1/chat/completions", json=body, timeout=60)
+        reply = httpx.post(f"{one_model.url}/v1/chat/completions", json=body, timeout=120)
         assert reply.status_code == 404, name
         assert reply.json()["error"]["message"].startswith(f"model '{name}' not found"), reply.text
 
@@ -64,7 +68,7 @@ def test_strict_names_or_several_models_answer_an_unknown_name_with_404(
     flags = tuple(smollm2.name if flag == "PINNED" else flag for flag in extra)
     with serving(smollm2.name, test_home, tmp_path, "--ctx-size", "512", *flags) as server:
         body = {"model": "gpt-3.5-turbo", "messages": HI, "max_tokens": 2}
-        reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+        reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
         assert reply.status_code == 404 and reply.json()["error"]["code"] == "model_not_found"
-        served = httpx.post(f"{server.url}/v1/chat/completions", json={**body, "model": smollm2.name}, timeout=60)
+        served = httpx.post(f"{server.url}/v1/chat/completions", json={**body, "model": smollm2.name}, timeout=120)
         assert served.status_code == 200
