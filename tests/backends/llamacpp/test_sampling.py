@@ -4,6 +4,7 @@ logits' way for those requests only."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
-from localinfer.backends.llamacpp.sampling import build_sampler, greedy_token, is_greedy_alone, logits_at
+from localinfer.backends.llamacpp.sampling import build_sampler, greedy_token, is_greedy_alone, logits_at, token_bias
 from localinfer.models.store import Manifest
 from localinfer.types import GenerationOptions, GenerationRequest, ResponseFormat, SamplingParams
 from tests.backends.llamacpp.raw_decode import decode_with_logits
@@ -81,6 +82,24 @@ def test_of_tied_logits_greedy_token_takes_the_first_as_the_greedy_sampler_does(
     logits[low] = top
     assert greedy_token(decoded.ctx, index, decoded.n_vocab) == low
     assert greedy_sampled(decoded, index) == low
+
+
+def test_greedy_token_with_logit_biases_is_the_biased_greedy_chains_at_every_position(decoded: Decoded) -> None:
+    """Each position's top token banned, the runner-up pushed down, a third token pushed up by less than it takes
+    to win, and an id given twice (its biases add up, as llama.cpp's logit-bias sampler adds them)."""
+    for index in range(decoded.n_tokens):
+        logits = logits_at(decoded.ctx, index, decoded.n_vocab)
+        first, second, third = (int(t) for t in logits.argsort()[::-1][:3])
+        biases = ((first, -math.inf), (second, -0.5), (third, 0.25), (second, -0.25))
+        params = SamplingParams(temperature=0, logit_bias=biases)
+        chain = build_sampler(decoded.n_vocab, params)
+        try:
+            assert is_greedy_alone(chain)
+            picked = greedy_token(decoded.ctx, index, decoded.n_vocab, token_bias(params))
+            assert picked == int(lc.llama_sampler_sample(chain, decoded.ctx, index))
+            assert picked != first
+        finally:
+            lc.llama_sampler_free(chain)
 
 
 @pytest.mark.parametrize(
