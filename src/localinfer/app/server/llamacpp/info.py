@@ -8,7 +8,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from localinfer import __version__
 from localinfer.app.server.core.model_name import requested_model
@@ -19,6 +18,8 @@ from localinfer.engine.engine import Engine
 from localinfer.errors import NotSupported, QueueFull
 
 router = APIRouter(route_class=FastJSONRoute)
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the format generate_latest and llama-server write
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the format generate_latest and llama-server write
 
@@ -79,6 +80,19 @@ async def slots(request: Request, model: str | None = None, fail_on_no_slot: boo
 
 
 @router.get("/metrics")
-async def metrics(request: Request) -> Response:
-    """Every model's counters, histograms and gauges, in Prometheus' text format."""
-    return Response(generate_latest(_engine(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(request: Request, model: str | None = None) -> Response:
+    """Every model's counters, histograms and gauges, in Prometheus' text format, then llama-server's
+    ``llamacpp:*`` series over every model, or ``?model=``'s alone as llama-server's router mode answers (a name
+    nobody serves is a 404; the model is not loaded for it). ``Process-Start-Time-Unix`` says when the server began,
+    in Unix seconds as its name says (llama-server sends its monotonic clock's microseconds there), so a scraper can
+    tell a restart from a counter that stalled."""
+    engine = _engine(request)
+    name = None
+    if model is not None and model.strip():
+        name = requested_model(request, model)
+        engine.describe(name)  # ModelNotFound for a name nobody serves
+    return Response(
+        engine.metrics.render(name),
+        media_type=PROMETHEUS_TEXT,
+        headers={"Process-Start-Time-Unix": str(int(engine.metrics.started))},
+    )
