@@ -30,6 +30,11 @@ CHAT: dict[str, Any] = {
     ]
 }
 TEXTS = ["The cat sat on the mat.", "A dog ran in the park."]
+PREFLIGHT = {
+    "Origin": "http://localhost:5173",
+    "Access-Control-Request-Method": "POST",
+    "Access-Control-Request-Headers": "content-type, authorization",
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +48,7 @@ def llama_server_answers(
         answers["input_tokens"] = httpx.post(f"{url}/chat/completions/input_tokens", json=CHAT, timeout=120).json()
         answers["models"] = httpx.get(f"{url}/models", timeout=120).json()
         answers["v1/health"] = httpx.get(f"{url}/v1/health", timeout=120)
+        answers["preflight"] = httpx.options(f"{url}/v1/chat/completions", headers=PREFLIGHT, timeout=120)
     log_dir = tmp_path_factory.mktemp("llama-server-embed")
     with llama_server(smollm2_embed.path, log_dir, "-c", "2048", "-np", "1", "--embeddings") as url:
         answers["embeddings"] = httpx.post(f"{url}/embeddings", json={"content": TEXTS}, timeout=120).json()
@@ -87,6 +93,16 @@ def test_health_answers_under_v1_too(server: Server, llama_server_answers: dict[
     ours = httpx.get(f"{server.url}/v1/health", timeout=30)
     assert ours.status_code == theirs.status_code == 200
     assert ours.json()["status"] == theirs.json()["status"] == "ok"
+
+
+def test_a_preflight_from_a_local_page_is_answered_200_as_llama_server_answers(
+    server: Server, llama_server_answers: dict[str, Any]
+) -> None:
+    theirs = llama_server_answers["preflight"]
+    ours = httpx.options(f"{server.url}/v1/chat/completions", headers=PREFLIGHT, timeout=30)
+    assert ours.status_code == theirs.status_code == 200
+    assert ours.headers["access-control-allow-origin"] == PREFLIGHT["Origin"]
+    assert "POST" in ours.headers["access-control-allow-methods"]
 
 
 def test_apply_template_renders_the_prompt_llama_server_renders(

@@ -198,7 +198,8 @@ class AccessGuard:
         await self.app(scope, receive, send_with_cors)
 
     def _preflight(self, origin: str, allowed: bool, headers: Headers, path: str) -> Response:
-        """204 with what a page of an allowed origin may send; 403 without any CORS header otherwise."""
+        """200 (as llama-server answers) with what a page of an allowed origin may send; 403 without any CORS header
+        otherwise."""
         if not allowed:
             return _refuse(
                 Forbidden(
@@ -210,7 +211,7 @@ class AccessGuard:
         asked = headers.get("access-control-request-headers", "").strip()
         allowed_headers = asked if asked and _HEADER_NAMES.match(asked) else DEFAULT_ALLOWED_HEADERS
         return Response(
-            status_code=204,
+            status_code=200,
             headers={
                 **_cors_headers(origin),
                 "Access-Control-Allow-Methods": ALLOWED_METHODS,
