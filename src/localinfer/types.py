@@ -198,7 +198,9 @@ class Usage:
 
 @dataclass(frozen=True)
 class Timings:
-    """Per-request timings, in the spirit of llama-server's ``timings``."""
+    """Per-request timings, as llama-server's ``timings`` mean them: ``prompt_ms`` from the start of the prompt's
+    computation to the first token, ``predicted_n`` the tokens generated, ``predicted_ms`` from the first token to
+    the last (so the rate is over ``predicted_n - 1`` decode steps)."""
 
     prompt_ms: float
     predicted_ms: float
@@ -225,7 +227,9 @@ class Timings:
 
     @property
     def predicted_per_second(self) -> float:
-        return self.predicted_n * 1000.0 / self.predicted_ms if self.predicted_ms > 0 else 0.0
+        """llama-server's decode rate: the steps after the first token (which came from the prompt's batch) over
+        ``predicted_ms``, the time from the first token to the last."""
+        return max(self.predicted_n - 1, 0) * 1000.0 / self.predicted_ms if self.predicted_ms > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -251,6 +255,9 @@ class TokenChunk:
     timings: Timings | None = None
     tool_calls: tuple[ToolCall, ...] = ()  # on the last chunk, when the model called functions
     logprobs: tuple[TokenLogprob, ...] = ()  # the tokens whose text this chunk (first) carries, when asked
+    # the ids of those tokens, and on the last chunk the end-of-generation token that ended it (where the backend
+    # says them: llama.cpp)
+    tokens: tuple[int, ...] = ()
     stop_word: str | None = None
 
 

@@ -74,7 +74,8 @@ def test_chat_streams_text_then_a_last_chunk_with_usage_and_timings(managed: Man
     assert last.text == "" and last.finish_reason in ("stop", "length")
     assert last.usage is not None and last.timings is not None
     assert 2 <= last.usage.completion_tokens <= 8
-    assert last.timings.predicted_n == last.usage.completion_tokens - 1  # the first token is the prompt's
+    # as llama-server counts them: every token sampled, the end token that stopped the reply included
+    assert last.timings.predicted_n == last.usage.completion_tokens + (last.finish_reason == "stop")
     assert last.usage.prompt_tokens > 0 and last.timings.predicted_ms > 0
     body = {"model": SERVED, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0}
     same = httpx.post(

@@ -181,7 +181,8 @@ class DecodeStats:
 @dataclass(frozen=True)
 class SlotInfo:
     """One slot of a backend that has them (llama-server's ``/slots``): its context, whether a request holds it,
-    the tokens in its cache, and the prompt and generated tokens of the request it serves."""
+    the tokens in its cache, and the prompt and generated tokens of the request it serves: whether a line was
+    written, and how many more it may take (-1: no limit)."""
 
     id: int
     n_ctx: int
@@ -189,6 +190,8 @@ class SlotInfo:
     n_cached: int = 0
     n_prompt: int = 0
     n_decoded: int = 0
+    has_new_line: bool = False
+    n_remain: int = -1
 
 
 @dataclass(frozen=True)

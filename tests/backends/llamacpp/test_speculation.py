@@ -75,8 +75,9 @@ def alike_drafts(manifest: Manifest) -> dict[str, int]:
 
 def within_alike_cells(timings: Timings) -> bool:
     """Whether every token a reply fed to the model (all but its last) sat within ALIKE_CELLS cells of context, for
-    a reply from a fresh backend (its whole prompt computed)."""
-    return timings.prompt_n + timings.predicted_n - 1 <= ALIKE_CELLS
+    a reply from a fresh backend (its whole prompt computed): the last one fed sits at the 0-based cell
+    prompt_n + predicted_n - 2 (predicted_n counts every token generated)."""
+    return timings.prompt_n + timings.predicted_n - 2 <= ALIKE_CELLS
 
 
 def greedy(max_tokens: int, *, cache_prompt: bool = True) -> GenerationOptions:

@@ -83,7 +83,9 @@ async def test_greedy_chat_answers_and_ends_with_usage_and_timings(backend: Onnx
     assert last.finish_reason == "stop"
     assert last.usage is not None and last.usage.prompt_tokens > 20
     assert last.usage.completion_tokens == len(chunks) - 1 >= 5  # one token per chunk, the end carries none
-    assert last.timings is not None and last.timings.predicted_n == last.usage.completion_tokens
+    # as llama-server counts them: every token sampled, the end token that stopped the reply included
+    assert last.timings is not None and last.timings.predicted_n == last.usage.completion_tokens + 1
+    assert last.timings.predicted_per_second > 0 and last.timings.prompt_ms > 0
 
 
 async def test_max_tokens_ends_with_length(backend: OnnxBackend) -> None:

@@ -80,28 +80,42 @@ class Job:
     priority: int = 1  # PRIORITY_RANK: a higher one gets a free slot, and the prefill budget, first
     yielded: bool = False  # it gave up its slot, mid-prompt, to a job of higher priority (once at most)
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+    pending_tokens: list[int] = field(default_factory=list)  # the ids of the tokens whose text is held back
+    has_new_line: bool = False  # a line break was sent (llama-server's /slots has_new_line)
     speculation: Speculation | None = None  # drafts its generating steps (None: one token per step)
     shared_tokens: int = 0  # of cached_tokens, those copied from another slot's cache
 
     def reached_max_tokens(self) -> bool:
         return self.max_tokens is not None and self.generated >= self.max_tokens
 
-    def emit(self, text: str) -> None:
-        """Send ``text``, with the log-probabilities of the tokens not sent yet (text held back, a piece of a
-        character or a possible stop string, carries its tokens into the chunk that sends it)."""
+    @property
+    def n_remain(self) -> int:
+        """llama-server's ``n_remain``: the tokens it may still sample (-1: as many as fit)."""
+        return -1 if self.max_tokens is None else self.max_tokens - self.sampled
+
+    def emit(self, token: int, text: str) -> None:
+        """Take the generated ``token``, whose bytes let out ``text``, and send that text with the ids and the
+        log-probabilities of the tokens not sent yet (text held back, a piece of a character or a possible stop
+        string, carries its tokens into the chunk that sends it)."""
+        self.pending_tokens.append(token)
         if text:
+            self.has_new_line = self.has_new_line or "\n" in text
             logprobs, self.pending_logprobs = tuple(self.pending_logprobs), []
-            self.deliver(TokenChunk(text, logprobs=logprobs))
+            tokens, self.pending_tokens = tuple(self.pending_tokens), []
+            self.deliver(TokenChunk(text, logprobs=logprobs, tokens=tokens))
 
     def finish(self, reason: FinishReason) -> None:
-        """Send the held-back text and the closing chunk with usage and timings."""
+        """Send the held-back text and the closing chunk with usage and timings. The timings mean what
+        llama-server's do: ``predicted_n`` every token sampled (an end-of-generation one included),
+        ``predicted_ms`` from the first of them to the last (at least a microsecond once one was)."""
         now = time.perf_counter()
         first = self.t_first_token or now
+        generating = max(self.t_last_token - first, 1e-6) if self.sampled else 0.0
         timings = Timings(
             prompt_ms=(first - self.t_prefill_start) * 1000.0,
-            predicted_ms=(now - first) * 1000.0,
+            predicted_ms=generating * 1000.0,
             prompt_n=len(self.prompt) - self.cached_tokens,
-            predicted_n=max(self.generated - 1, 0),
+            predicted_n=self.sampled,
             draft_n=self.speculation.proposed if self.speculation is not None else 0,
             draft_n_accepted=self.speculation.accepted if self.speculation is not None else 0,
             cache_shared_n=self.shared_tokens,
@@ -109,6 +123,7 @@ class Job:
         usage = Usage(len(self.prompt), self.generated, self.cached_tokens)
         tail = self.text.flush()
         logprobs, self.pending_logprobs = tuple(self.pending_logprobs), []
+        tokens, self.pending_tokens = tuple(self.pending_tokens), []
         self.deliver(
             TokenChunk(
                 tail,
@@ -117,6 +132,7 @@ class Job:
                 timings=timings,
                 stop_word=self.text.stop_word,
                 logprobs=logprobs,
+                tokens=tokens,
             )
         )
 

@@ -132,7 +132,9 @@ class StepLoop:
                     is_processing=job is not None,
                     n_cached=len(slot.cached),
                     n_prompt=len(job.prompt) if job is not None else 0,
-                    n_decoded=job.generated if job is not None else 0,
+                    n_decoded=job.sampled if job is not None else 0,
+                    has_new_line=job is not None and job.has_new_line,
+                    n_remain=job.n_remain if job is not None else -1,
                 )
             )
         return infos
@@ -353,12 +355,13 @@ class StepLoop:
                 job.t_first_token = job.t_last_token
             job.sampled += 1
             if model.is_eog(token) and not job.ignore_eos:
+                job.pending_tokens.append(int(token))  # no text, but its id comes last, as llama-server's does
                 self._finish(slot, "stop")
                 return None
             job.generated += 1
             if job.n_logprobs is not None:
                 job.pending_logprobs.append(token_logprob(model, self._ctx, index, token, job.n_logprobs))
-            job.emit(job.text.push(model.token_bytes(token)))
+            job.emit(int(token), job.text.push(model.token_bytes(token)))
         except Exception as exc:
             log.exception("request %s failed while sampling", job.request_id)
             job.fail(GenerationFailed(f"generation failed: {exc}"))

@@ -84,6 +84,9 @@ class Job:
     deliver: Delivery
     cancelled: threading.Event = field(default_factory=threading.Event)
     generated: int = 0
+    sampled: int = 0  # tokens sampled, an end-of-generation one included (Timings.predicted_n)
+    t_first_token: float = 0.0
+    t_last_token: float = 0.0
 
 
 def run(model: GenaiModel, job: Job) -> None:
@@ -116,6 +119,9 @@ def _loop(model: GenaiModel, job: Job, generator: Any, start: float) -> None:
     while not job.cancelled.is_set():
         generator.generate_next_token()
         token = int(generator.get_next_tokens()[0])
+        job.t_last_token = time.perf_counter()
+        job.t_first_token = job.t_first_token or job.t_last_token
+        job.sampled += 1
         if token in model.eos_ids and not job.ignore_eos:
             _finish(job, "stop", start, prefilled)
             return
@@ -133,12 +139,14 @@ def _loop(model: GenaiModel, job: Job, generator: Any, start: float) -> None:
 
 
 def _finish(job: Job, reason: FinishReason, start: float, prefilled: float) -> None:
-    now = time.perf_counter()
+    """Send the held-back text and the closing chunk; timings as ``Timings`` means them (the first token ends the
+    prompt's time, the rest is generation)."""
+    first = job.t_first_token or prefilled
     timings = Timings(
-        prompt_ms=(prefilled - start) * 1000.0,
-        predicted_ms=(now - prefilled) * 1000.0,
+        prompt_ms=(first - start) * 1000.0,
+        predicted_ms=max(job.t_last_token - first, 1e-6) * 1000.0 if job.sampled else 0.0,
         prompt_n=len(job.prompt),
-        predicted_n=job.generated,
+        predicted_n=job.sampled,
     )
     usage = Usage(len(job.prompt), job.generated)
     job.deliver(TokenChunk(job.text.flush(), finish_reason=reason, usage=usage, timings=timings))

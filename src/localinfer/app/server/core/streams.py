@@ -33,6 +33,7 @@ class Collected:
     text: str = ""
     last: TokenChunk = field(default_factory=lambda: TokenChunk(""))
     logprobs: list[TokenLogprob] = field(default_factory=list)  # every token's, when they were asked for
+    tokens: list[int] = field(default_factory=list)  # every token's id, where the backend says them
 
 
 async def collect(chunks: TokenStream) -> Collected:
@@ -42,6 +43,7 @@ async def collect(chunks: TokenStream) -> Collected:
         async for chunk in chunks:
             parts.append(chunk.text)
             result.logprobs.extend(chunk.logprobs)
+            result.tokens.extend(chunk.tokens)
             result.last = chunk
     result.text = "".join(parts)
     return result

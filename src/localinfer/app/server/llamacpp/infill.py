@@ -106,5 +106,6 @@ async def infill(body: InfillBody, request: Request) -> JSONResponse | Streaming
     if body.stream:
         return StreamingResponse(sse_stream(stream, served), media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))
-    answer = final_body(served, result.text, result.last, stream=False)
+    ids = result.tokens if body.return_tokens else ()
+    answer = final_body(served, result.text, result.last, stream=False, tokens=ids)
     return JSONResponse(only_fields(body.response_fields, answer) if body.response_fields else answer)

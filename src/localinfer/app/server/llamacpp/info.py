@@ -36,6 +36,13 @@ def _default_params(n_ctx: int) -> dict[str, Any]:
 
 
 def _slot(slot: SlotInfo) -> dict[str, Any]:
+    """A slot as llama-server's /slots shows it; ``next_token`` is a list of one entry, as there."""
+    next_token = {
+        "has_next_token": slot.is_processing,
+        "has_new_line": slot.has_new_line,
+        "n_remain": slot.n_remain,
+        "n_decoded": slot.n_decoded,
+    }
     return {
         "id": slot.id,
         "n_ctx": slot.n_ctx,
@@ -43,7 +50,7 @@ def _slot(slot: SlotInfo) -> dict[str, Any]:
         "is_processing": slot.is_processing,
         "n_prompt_tokens": slot.n_prompt,
         "n_cached_tokens": slot.n_cached,
-        "next_token": {"has_next_token": slot.is_processing, "n_decoded": slot.n_decoded},
+        "next_token": [next_token],
     }
 
 

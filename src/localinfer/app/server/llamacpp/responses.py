@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +34,8 @@ def stop_type(last: TokenChunk) -> str:
 
 
 def timings_body(t: Timings | None, usage: Usage | None) -> dict[str, Any]:
-    """llama-server's ``timings``: ``cache_n`` prompt tokens reused, ``prompt_n`` computed, then generation."""
+    """llama-server's ``timings``: ``cache_n`` prompt tokens reused, ``prompt_n`` computed, then generation, whose
+    per-token time and rate count the steps after the first token (as ``Timings.predicted_per_second`` does)."""
     t = t or Timings(0.0, 0.0, 0, 0)
     return {
         "cache_n": usage.cached_tokens if usage is not None else 0,
@@ -44,22 +45,27 @@ def timings_body(t: Timings | None, usage: Usage | None) -> dict[str, Any]:
         "prompt_per_second": round(t.prompt_per_second, 2),
         "predicted_n": t.predicted_n,
         "predicted_ms": round(t.predicted_ms, 3),
-        "predicted_per_token_ms": round(t.predicted_ms / t.predicted_n, 3) if t.predicted_n else 0.0,
+        "predicted_per_token_ms": round(t.predicted_ms / (t.predicted_n - 1), 3) if t.predicted_n > 1 else 0.0,
         "predicted_per_second": round(t.predicted_per_second, 2),
         **speculation_body(t),
     }
 
 
-def final_body(served: Served, content: str, last: TokenChunk, *, stream: bool) -> dict[str, Any]:
-    """The answer (or a stream's last event) for a finished generation whose text is ``content``."""
+def final_body(
+    served: Served, content: str, last: TokenChunk, *, stream: bool, tokens: Sequence[int] = ()
+) -> dict[str, Any]:
+    """The answer (or a stream's last event) for a finished generation whose text is ``content``; ``tokens`` are
+    the ids of that text, given when the request asked for them (``return_tokens``), as llama-server sends them."""
     usage = last.usage or Usage(0, 0, 0)
+    # llama-server's counts: every token sampled (an end token included), and in the cache all but the last
+    predicted = last.timings.predicted_n if last.timings is not None else usage.completion_tokens
     return {
         "index": 0,
         "content": content,
-        "tokens": [],
+        "tokens": list(tokens),
         "stop": True,
         "model": served.model,
-        "tokens_predicted": usage.completion_tokens,
+        "tokens_predicted": predicted,
         "tokens_evaluated": usage.prompt_tokens,
         "generation_settings": {**served.settings, "stream": stream},
         "prompt": served.prompt,
@@ -67,7 +73,7 @@ def final_body(served: Served, content: str, last: TokenChunk, *, stream: bool) 
         "truncated": False,
         "stop_type": stop_type(last),
         "stopping_word": last.stop_word or "",
-        "tokens_cached": usage.prompt_tokens + usage.completion_tokens,
+        "tokens_cached": usage.prompt_tokens + max(predicted - 1, 0),
         "timings": timings_body(last.timings, last.usage),
     }
 
@@ -77,16 +83,18 @@ def sse(data: dict[str, Any]) -> str:
 
 
 async def sse_stream(stream: TokenStream, served: Served) -> AsyncIterator[str]:
-    """llama-server's stream: a ``data:`` event per piece of text (``stop: false``), then one with ``stop: true``
-    and the whole answer's counts and timings; no ``[DONE]``. An error after the stream began is its last event,
-    ``data: {"error": {...}}`` in llama-server's error shape. Closing this iterator frees the slot at once."""
+    """llama-server's stream: a ``data:`` event per piece of text with the ids of its tokens (``stop: false``),
+    then one with ``stop: true`` and the whole answer's counts and timings; no ``[DONE]``. Tokens whose text is
+    held back and then dropped (a stop string) still come, in a piece whose ``content`` is empty, as llama-server
+    sends them. An error after the stream began is its last event, ``data: {"error": {...}}`` in llama-server's
+    error shape. Closing this iterator frees the slot at once."""
     has_new_line = False
     try:
         async with aclosing(stream):
             async for chunk in stream:
-                if chunk.text:
+                if chunk.text or chunk.tokens:
                     has_new_line = has_new_line or "\n" in chunk.text
-                    yield sse({"index": 0, "content": chunk.text, "tokens": [], "stop": False})
+                    yield sse({"index": 0, "content": chunk.text, "tokens": list(chunk.tokens), "stop": False})
                 if chunk.finish_reason is not None:
                     last = final_body(served, "", chunk, stream=True)
                     yield sse({**last, "has_new_line": has_new_line})

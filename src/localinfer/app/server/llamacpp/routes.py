@@ -59,7 +59,8 @@ async def completion(body: CompletionBody, request: Request) -> JSONResponse | S
     if body.stream:
         return StreamingResponse(sse_stream(stream, served), media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))
-    return JSONResponse(final_body(served, result.text, result.last, stream=False))
+    ids = result.tokens if body.return_tokens else ()
+    return JSONResponse(final_body(served, result.text, result.last, stream=False, tokens=ids))
 
 
 # llama-server's other name for it (not /v1/completions, which is OpenAI's)

@@ -41,7 +41,6 @@ _UNSUPPORTED: Final[tuple[tuple[str, Any], ...]] = (
     ("lora", None),
     ("image_data", None),
     ("multimodal_data", None),
-    ("return_tokens", False),
     ("n_cmpl", 1),
     ("n", 1),
     ("t_max_predict_ms", 0),
@@ -83,6 +82,7 @@ class CompletionBody(_Wire):
     priority: Priority | None = None  # localinfer's: who gets a free slot first (/infill: high, else normal)
     ignore_eos: bool = False
     samplers: list[str] | str | None = None
+    return_tokens: bool = False  # the answer's ``tokens``: the generated ids (a stream's pieces always carry them)
     logit_bias: dict[str, Any] | list[Any] | None = None  # core/logit_bias.py: OpenAI's map or llama-server's list
     grammar: str = ""  # a GBNF grammar the text follows ("": none)
 

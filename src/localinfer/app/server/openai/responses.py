@@ -83,7 +83,8 @@ async def sse_stream(
 ) -> AsyncIterator[str]:
     """Server-sent events for one or more generations (one per choice index), ending with ``[DONE]``.
 
-    A choice's finishing chunk carries its ``timings``, as llama-server's last chunk does.
+    The last chunk carries the ``timings``, as llama-server's does: each choice's finishing chunk its own, or, when
+    usage is asked for, the closing usage chunk those of all choices.
 
     An error after the stream began (the server shutting down, a failed generation) ends it properly all the same:
     every choice not finished yet gets a finishing chunk whose ``finish_reason`` is ``abort`` (shutting down) or
@@ -92,6 +93,7 @@ async def sse_stream(
     """
     extra: dict[str, Any] = {"usage": None} if include_usage else {}
     total = Usage(0, 0, 0)
+    timings: Timings | None = None
     finished: set[int] = set()
     try:
         for index, stream in enumerate(streams):
@@ -105,9 +107,12 @@ async def sse_stream(
                     for delta in shape.tool_calls(index, chunk.tool_calls):
                         yield sse(header.chunk([delta], **extra))
                     if chunk.finish_reason is not None:
-                        timings = {"timings": timings_body(chunk.timings)} if chunk.timings is not None else {}
-                        yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra, **timings))
+                        own = chunk.timings is not None and not include_usage
+                        shown = {"timings": timings_body(chunk.timings)} if own else {}
+                        yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra, **shown))
                         finished.add(index)
+                    if chunk.timings is not None:
+                        timings = chunk.timings if timings is None else timings + chunk.timings
                     if chunk.usage is not None:
                         total = total + chunk.usage
     except LocalInferError as exc:
@@ -119,7 +124,8 @@ async def sse_stream(
         yield sse("[DONE]")
         return
     if include_usage:
-        yield sse(header.chunk([], usage=usage_body(total)))
+        shown = {"timings": timings_body(timings)} if timings is not None else {}
+        yield sse(header.chunk([], usage=usage_body(total), **shown))
     yield sse("[DONE]")
 
 

@@ -61,20 +61,25 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
 
 
 class _ChatShape:
-    def opening(self, index: int) -> dict[str, Any]:
-        return {
-            "index": index,
-            "delta": {"role": "assistant", "content": ""},
-            "logprobs": None,
-            "finish_reason": None,
-        }
+    """A streamed chat choice as llama-server (and OpenAI) sends it: the role first, with ``content`` null; then
+    only pieces of text, never an empty one; then the finish reason with an empty delta."""
 
     def __init__(self, with_logprobs: bool = False) -> None:
         self._with_logprobs = with_logprobs
 
+    def opening(self, index: int) -> dict[str, Any]:
+        return {
+            "index": index,
+            "delta": {"role": "assistant", "content": None},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+
     def content(self, index: int, text: str, logprobs: tuple[TokenLogprob, ...] = ()) -> dict[str, Any]:
+        """A piece of text; the log-probabilities of tokens whose text was dropped (a stop string) come with an
+        empty delta rather than an empty ``content``."""
         shown = chat_logprobs(logprobs) if self._with_logprobs else None
-        return {"index": index, "delta": {"content": text}, "logprobs": shown, "finish_reason": None}
+        return {"index": index, "delta": {"content": text} if text else {}, "logprobs": shown, "finish_reason": None}
 
     def tool_calls(self, index: int, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
         """Each call as OpenAI streams it: its id, type and name with empty arguments, then the arguments."""
