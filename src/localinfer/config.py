@@ -178,6 +178,11 @@ class Settings(BaseSettings):
         "its model as llama-server does.",
     )
     slots_endpoint: bool = Field(True, description="GET /slots answers (llama-server's --no-slots turns it off: 501).")
+    slot_save_path: Path | None = Field(
+        None,
+        description="Folder where POST /slots/{id}?action=save writes slots' caches and restore reads them "
+        "(llama-server's --slot-save-path); unset, those actions answer 501.",
+    )
     seed: int | None = Field(
         None, ge=-1, lt=2**64, description="The sampling seed of requests that set none (-1 or unset: random)."
     )

@@ -113,3 +113,7 @@ class GenerationFailed(LocalInferError):
 
 class QuantizeError(LocalInferError):
     """A model could not be quantized or measured; nothing half-written is left behind."""
+
+
+class SlotFileError(LocalInferError):
+    """A slot's cache could not be saved to its file (llama-server's 500 "Unable to save slot")."""

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from localinfer.errors import InvalidRequest
+from localinfer.errors import InvalidRequest, NotSupported
 from localinfer.types import DEFAULT_KV_CACHE_TYPE, GenerationOptions, GenerationRequest, TokenStream
+
+SLOT_FILES_HINT = "slots are saved and restored by the llama.cpp backend: serve a GGUF model"
 
 
 class RelayedAnswer(Protocol):
@@ -48,6 +50,7 @@ class Capabilities:
     tokenize: bool = False  # tokenize, detokenize (and so fill-in-the-middle prompts)
     embed: bool = False
     rerank: bool = False
+    slot_files: bool = False  # save_slot, restore_slot, erase_slot (llama-server's POST /slots/{id})
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,16 @@ class SlotInfo:
 
 
 @dataclass(frozen=True)
+class SlotFile:
+    """A slot's cache saved to a file or restored from one: its tokens, the file's bytes, the milliseconds it took."""
+
+    id_slot: int
+    n_tokens: int
+    n_bytes: int
+    ms: float
+
+
+@dataclass(frozen=True)
 class TokenPiece:
     """A token id and the bytes it stands for (a piece may be part of a UTF-8 character)."""
 
@@ -291,6 +304,22 @@ class Backend(ABC):
     def slots(self) -> list[SlotInfo]:
         """What each slot does now; empty for a backend without slots of its own."""
         return []
+
+    async def save_slot(self, id_slot: int, path: Path) -> SlotFile:
+        """Write slot ``id_slot``'s cache and tokens to ``path`` (replacing it whole, never half-written), once the
+        slot holds no request. Raises InvalidRequest for a slot that does not exist, SlotFileError when the file
+        cannot be written, and NotSupported for a backend without slots of its own."""
+        raise NotSupported(f"the {self.name} backend cannot save a slot's cache", hint=SLOT_FILES_HINT)
+
+    async def restore_slot(self, id_slot: int, path: Path) -> SlotFile:
+        """Load ``path`` into slot ``id_slot``'s cache, once the slot holds no request: a later prompt that starts
+        with its tokens reuses them. Raises InvalidRequest for a slot that does not exist or a file that cannot be
+        restored (the slot's cache is then empty), and NotSupported as ``save_slot``."""
+        raise NotSupported(f"the {self.name} backend cannot restore a slot's cache", hint=SLOT_FILES_HINT)
+
+    async def erase_slot(self, id_slot: int) -> int:
+        """Empty slot ``id_slot``'s cache once it holds no request; the tokens it held. Raises as ``save_slot``."""
+        raise NotSupported(f"the {self.name} backend cannot erase a slot's cache", hint=SLOT_FILES_HINT)
 
     def decode_stats(self) -> DecodeStats | None:
         """What this load's decode loop has done so far (one object per load, updated in place); None for a

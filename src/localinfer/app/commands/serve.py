@@ -160,6 +160,12 @@ def add_parser(subparsers: Any) -> None:
         help="a server started with one model answers a request naming another model with 404, rather than with "
         "its model as llama-server does",
     )
+    p.add_argument(
+        "--slot-save-path",
+        metavar="DIR",
+        help="a folder where POST /slots/{id}?action=save writes a slot's cache and restore reads it back, as "
+        "llama-server's (default: none, those actions answer 501)",
+    )
     add_request_default_flags(p)
     add_llama_server_flags(p)
     p.add_argument(
@@ -237,6 +243,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         chat_template=chat_template_source(args),
         strict_model_names=args.strict_model_names,
         slots_endpoint=False if args.no_slots else None,
+        slot_save_path=_slot_folder(args.slot_save_path),
         seed=args.seed,
         temperature=args.temp,
         n_predict=args.n_predict,
@@ -339,6 +346,18 @@ def _draft_model(settings: Settings, library: ModelLibrary, hardware: HardwarePr
         )
     check_files(manifest)
     return manifest.path
+
+
+def _slot_folder(given: str | None) -> Path | None:
+    """``--slot-save-path``'s folder. Raises ConfigError when it is not one (as llama-server refuses to start)."""
+    from pathlib import Path
+
+    if given is None:
+        return None
+    folder = Path(given).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"--slot-save-path {given}: not a directory", hint="create the folder first, or name another")
+    return folder.resolve()
 
 
 def _default_model(models: ModelSource, name: str) -> str | None:

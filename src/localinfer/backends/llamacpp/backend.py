@@ -7,7 +7,8 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Sequence
-from typing import ClassVar
+from pathlib import Path
+from typing import ClassVar, TypeVar
 
 import llama_cpp.llama_cpp as lc
 
@@ -20,6 +21,7 @@ from localinfer.backends.base import (
     LoadSpec,
     ModelFacts,
     RerankResult,
+    SlotFile,
     SlotInfo,
     SlotUsage,
     TokenPiece,
@@ -35,6 +37,7 @@ from localinfer.backends.llamacpp.model import LlamaModel, check_attention
 from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
 from localinfer.backends.llamacpp.rerank import rerank_prompts
 from localinfer.backends.llamacpp.sampling import build_sampler, is_greedy_alone, resolve_logit_bias, token_bias
+from localinfer.backends.llamacpp.slot_files import SlotAction
 from localinfer.backends.llamacpp.speculative import PromptDraftFactory
 from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
@@ -42,6 +45,7 @@ from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotRea
 from localinfer.types import PRIORITY_RANK, GenerationRequest, TokenStream
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # On a CPU, a step's cost grows with every token past the first (SmolLM2 Q4_1 on 2 cores: 30 ms for one token,
 # 16-20 ms a token for 2-63: step_costs.py), so once two slots generate a drafted token costs nearly
@@ -89,6 +93,7 @@ class LlamaCppBackend(Backend):
         tokenize=True,
         embed=True,
         rerank=True,
+        slot_files=True,
     )
 
     def __init__(
@@ -301,6 +306,22 @@ class LlamaCppBackend(Backend):
 
     def decode_stats(self) -> DecodeStats | None:
         return self._loop.stats if self._loop is not None else None
+
+    async def save_slot(self, id_slot: int, path: Path) -> SlotFile:
+        return await self._slot_action(SlotAction("save", id_slot, path), SlotFile)
+
+    async def restore_slot(self, id_slot: int, path: Path) -> SlotFile:
+        return await self._slot_action(SlotAction("restore", id_slot, path), SlotFile)
+
+    async def erase_slot(self, id_slot: int) -> int:
+        return await self._slot_action(SlotAction("erase", id_slot), int)
+
+    async def _slot_action(self, action: SlotAction, result: type[T]) -> T:
+        """``action``'s result, once the step loop ran it between two steps (slot_files.py)."""
+        _, loop = self._loaded()
+        done = await asyncio.wrap_future(loop.act(action))  # cancelled with its requester while it still waits
+        assert isinstance(done, result)
+        return done
 
     async def unload(self) -> None:
         async with self._embedding:  # after the embedding decode under way; the next one finds no model

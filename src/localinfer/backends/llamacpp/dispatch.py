@@ -26,6 +26,13 @@ from localinfer.errors import GenerationFailed, ModelNotReady, QueueFull
 GATHER_GAP = 0.005
 GATHER_MAX = 0.02
 
+
+class _Wake:
+    """What ``wake`` puts in the queue: no job, only a reason to look at work other than jobs."""
+
+
+_WAKE = _Wake()
+
 Start = Callable[[Slot, Job], None]
 Release = Callable[[Slot], None]
 
@@ -36,7 +43,7 @@ class JobQueue:
     def __init__(self, slots: Sequence[Slot], *, max_queue: int) -> None:
         self._slots = slots
         self._max_queue = max_queue
-        self._incoming: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._incoming: queue.SimpleQueue[Job | _Wake | None] = queue.SimpleQueue()
         self._waiting: deque[Job] = deque()
         self._lock = threading.Lock()
         self._pending = 0  # submitted and neither in a slot nor dropped; guarded by _lock
@@ -66,6 +73,10 @@ class JobQueue:
         """Wake the loop and make ``collect`` return False."""
         self._incoming.put(None)
 
+    def wake(self) -> None:
+        """Make a sleeping ``collect`` return (work other than a job came: a slot's save or restore)."""
+        self._incoming.put(_WAKE)
+
     def idle_slots(self) -> int:
         return sum(1 for slot in self._slots if slot.idle)
 
@@ -94,7 +105,7 @@ class JobQueue:
         while True:
             if item is None:
                 self._stopping = True
-            else:
+            elif isinstance(item, Job):
                 self._waiting.append(item)
             wait = min(GATHER_GAP, deadline - time.perf_counter()) if block else 0.0
             try:
@@ -158,7 +169,7 @@ class JobQueue:
                 item = self._incoming.get_nowait()
             except queue.Empty:
                 break
-            if item is not None:
+            if isinstance(item, Job):
                 self._waiting.append(item)
         while self._waiting:
             job = self._waiting.popleft()

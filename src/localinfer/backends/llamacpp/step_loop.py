@@ -13,9 +13,11 @@ into the job's slot first. Only the rest of the prompt is computed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import llama_cpp.llama_cpp as lc
@@ -27,9 +29,10 @@ from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.logprobs import token_logprob
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import greedy_token
+from localinfer.backends.llamacpp.slot_files import Result, SlotAction, SlotActions, SlotFiles
 from localinfer.backends.llamacpp.speculative import DraftFactory, Speculation
 from localinfer.backends.llamacpp.step_costs import StepCosts
-from localinfer.errors import GenerationFailed
+from localinfer.errors import GenerationFailed, InvalidRequest, LocalInferError, SlotFileError
 from localinfer.types import FinishReason
 
 log = logging.getLogger(__name__)
@@ -89,6 +92,8 @@ class StepLoop:
         self.outbox = Outbox()
         self.stats = DecodeStats()  # what /metrics reports as llama-server's llamacpp:* series
         self._draft_places = min(drafting.draft_max, MAX_SLOT_STEP - 1) if drafting is not None else 0
+        self._actions = SlotActions()  # slots' saves, restores and erases, run between steps (slot_files.py)
+        self._slot_files = SlotFiles(self._ctx, n_ctx=model.n_ctx, n_vocab=self._n_vocab, n_swa=self._n_swa)
         self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
 
     def start(self) -> None:
@@ -98,6 +103,16 @@ class StepLoop:
         """Hand ``job`` to the loop; called from the requester's thread. Raises QueueFull, and frees the job,
         when every slot is busy and ``max_queue`` jobs already wait; ModelNotReady once the loop has stopped."""
         self._queue.submit(job)
+
+    def act(self, action: SlotAction) -> Future[Result]:
+        """Hand a slot's save, restore or erase to the loop, which runs it once the slot holds no request; called
+        from the requester's thread. A slot id past the last slot wraps around, as llama-server's does. Raises
+        InvalidRequest for a negative slot id, ModelNotReady once the loop has stopped."""
+        if action.seq_id < 0:
+            raise InvalidRequest("Invalid slot ID", param="id_slot", hint=f"slots are 0 to {len(self._slots) - 1}")
+        future = self._actions.submit(dataclasses.replace(action, seq_id=action.seq_id % len(self._slots)))
+        self._queue.wake()
+        return future
 
     def stop(self) -> None:
         """Fail every job in flight, end the thread and free the batch. The model is freed by the caller."""
@@ -148,6 +163,7 @@ class StepLoop:
                 self._queue.dispatch(self._start, self._release)
                 if self.busy_slots():
                     self._step()
+                self._run_actions()
                 self.outbox.flush()
         except Exception as exc:  # a bug here must not leave requesters waiting forever
             log.exception("the inference loop stopped")
@@ -156,6 +172,19 @@ class StepLoop:
         finally:
             self._fail_all(error)
             self.outbox.flush()
+
+    def _run_actions(self) -> None:
+        """Run the slot actions whose slot holds no request (a busy slot's wait for it to end)."""
+        for action, future in self._actions.take_ready(lambda seq_id: self._slots[seq_id].idle):
+            if not future.set_running_or_notify_cancel():
+                continue  # its requester went away
+            try:
+                future.set_result(self._slot_files.run(action, self._slots[action.seq_id]))
+            except LocalInferError as exc:
+                future.set_exception(exc)
+            except Exception as exc:  # a bug here fails the action, not the loop
+                log.exception("the %s of slot %d failed", action.kind, action.seq_id)
+                future.set_exception(SlotFileError(f"Unable to {action.kind} slot: {exc}"))
 
     def _start(self, slot: Slot, job: Job) -> None:
         """Reuse the longest cached prefix of the prompt (unless the request opted out); at least the last prompt
@@ -406,6 +435,7 @@ class StepLoop:
 
     def _fail_all(self, error: GenerationFailed) -> None:
         self._queue.close(error)
+        self._actions.close(error)
         for slot in self._slots:
             if slot.job is not None:
                 slot.job.fail(error)

@@ -41,6 +41,8 @@ LLAMACPP_PATHS: Final = frozenset(
     }
 )
 
+LLAMACPP_PREFIXES: Final = ("/slots/",)  # llama-server's POST /slots/{id_slot}
+
 ANTHROPIC_PREFIX: Final = "/v1/messages"  # /v1/messages and /v1/messages/count_tokens, as llama-server serves them
 
 
@@ -48,7 +50,7 @@ def dialect_for(path: str) -> Dialect:
     """The dialect whose error shape a request to ``path`` is answered in."""
     if path.startswith("/api/"):
         return Dialect.OLLAMA
-    if path.rstrip("/") in LLAMACPP_PATHS:
+    if path.rstrip("/") in LLAMACPP_PATHS or path.startswith(LLAMACPP_PREFIXES):
         return Dialect.LLAMACPP
     if path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/"):
         return Dialect.ANTHROPIC
