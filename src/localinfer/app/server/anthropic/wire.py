@@ -33,6 +33,7 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import Field
 
+from localinfer.app.server.core.defaults import default_temperature
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import MAX_TOOLS
 from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
@@ -271,7 +272,7 @@ class MessagesBody(_Conversation):
 
     max_tokens: int = Field(ge=1)
     stop_sequences: list[str] | None = None
-    temperature: float = Field(0.8, ge=0.0, le=1.0)
+    temperature: float = Field(default_factory=lambda: min(default_temperature(0.8), 1.0), ge=0.0, le=1.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     top_k: int = Field(40, ge=0)
     stream: bool = False

@@ -21,8 +21,6 @@ router = APIRouter(route_class=FastJSONRoute)
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the format generate_latest and llama-server write
 
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the format generate_latest and llama-server write
-
 
 def _engine(request: Request) -> Engine:
     engine: Engine = request.app.state.engine

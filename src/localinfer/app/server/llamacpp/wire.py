@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from localinfer.app.server.core.defaults import default_n_predict, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias, shown_logit_bias
 from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
@@ -65,9 +66,9 @@ class CompletionBody(_Wire):
     """``POST /completion``: llama-server's defaults (tools/server/README.md)."""
 
     prompt: Prompt
-    n_predict: int = Field(-1, ge=-1)  # -1: until the context is full or the model stops
+    n_predict: int = Field(default_factory=lambda: default_n_predict(-1), ge=-1)  # -1: until the context is full
     max_tokens: int | None = Field(None, ge=-1)  # llama-server's other name for it, when n_predict is not given
-    temperature: float = Field(0.8, ge=0.0)
+    temperature: float = Field(default_factory=lambda: default_temperature(0.8), ge=0.0)
     top_k: int = Field(40, ge=0)
     top_p: float = Field(0.95, ge=0.0, le=1.0)
     min_p: float = Field(0.05, ge=0.0, le=1.0)
@@ -75,7 +76,7 @@ class CompletionBody(_Wire):
     repeat_last_n: int = Field(64, ge=-1)
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    seed: int = Field(-1, ge=-1, lt=2**64)  # -1: a random one
+    seed: int = Field(default_factory=lambda: default_seed(-1), ge=-1, lt=2**64)  # -1: a random one
     stop: list[str] | str = Field(default_factory=list)
     stream: bool = False
     cache_prompt: bool = True

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import ToolWire
@@ -94,7 +95,7 @@ class _SamplingWire(_Wire):
     priority: Priority | None = None  # an extension: "high" goes ahead of queued requests (FIM as you type)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    temperature: float = Field(0.8, ge=0.0, le=2.0)
+    temperature: float = Field(default_factory=lambda: default_temperature(0.8), ge=0.0, le=2.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     top_k: int = Field(40, ge=0)
     min_p: float = Field(0.05, ge=0.0, le=1.0)
@@ -102,10 +103,10 @@ class _SamplingWire(_Wire):
     repeat_last_n: int = Field(64, ge=0)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
+    seed: int | None = Field(default_factory=lambda: default_seed(None), ge=-(2**63), lt=2**64)
     stop: str | list[str] | None = None
     n: int = Field(1, ge=1)
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(default_factory=lambda: default_max_tokens(None), ge=1)
     ignore_eos: bool = False
     cache_prompt: bool = True
     logit_bias: dict[str, Any] | list[Any] | None = None  # core/logit_bias.py: OpenAI's map or llama-server's list
@@ -194,7 +195,7 @@ class ChatCompletionBody(_SamplingWire):
 
 class CompletionBody(_SamplingWire):
     prompt: str | list[str]
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = Field(default_factory=lambda: default_max_tokens(16), ge=1)
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # the legacy API: how many most likely tokens
 
