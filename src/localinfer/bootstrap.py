@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
-from localinfer.engine.engine import Engine
+from localinfer.engine.engine import Engine, ServedAs
 from localinfer.hardware.detect import detect
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.models.library import ModelLibrary, ServedModels
@@ -43,7 +43,7 @@ def local_stack(
     library = library or ModelLibrary.from_settings(settings)
     hardware = hardware or detect()
     models: ModelSource = ServedModels(library, served, original=original) if names_only else library
-    templates = {served.name: settings.chat_template} if served is not None and settings.chat_template else {}
-    engine = Engine(settings, models, hardware=hardware, chat_templates=templates)
+    served_as = {served.name: ServedAs(settings.chat_template, settings.pooling or "")} if served is not None else {}
+    engine = Engine(settings, models, hardware=hardware, served_as=served_as)
     client = LocalClient(engine, library, settings, serving=serving)
     return LocalStack(settings, library, hardware, models, engine, client)

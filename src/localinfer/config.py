@@ -172,6 +172,11 @@ class Settings(BaseSettings):
         description="The chat template of the model a server is started with, in place of its own: a name of "
         "llama.cpp's built-in templates (chatml, llama3, gemma...) or Jinja text (llama-server's --chat-template).",
     )
+    pooling: Literal["mean", "cls", "last", "rank", "none"] | None = Field(
+        None,
+        description="How the model a server is started with pools its embeddings, in place of what its file states "
+        "(llama-server's --pooling); none gives a vector per token, on llama.cpp's /embeddings only.",
+    )
     strict_model_names: bool = Field(
         False,
         description="A server started with one model answers a request naming another with 404, rather than with "

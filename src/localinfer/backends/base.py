@@ -77,6 +77,7 @@ class LoadSpec:
     draft_max: int = 64  # most tokens a draft has (as llama-server's ngram-mod; a slot's step stays under 64 tokens)
     draft_min: int = 0  # a shorter draft is not verified
     extra_args: tuple[str, ...] = ()  # passed as-is to an engine run as a process (vLLM: --tensor-parallel-size 2)
+    pooling: str = ""  # llama-server's --pooling for embeddings: mean, cls, last, rank, none; "": as the file states
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ class ModelFacts:
     eog_ids: tuple[int, ...] = ()  # its end-of-generation tokens (what llama-server's ignore_eos bans)
     cache_type_k: str = ""  # the element types its KV cache is kept in; "": the backend's own (ONNX, vLLM)
     cache_type_v: str = ""
+    pooling: str = "mean"  # how its embeddings are pooled (mean, cls, last, rank; none: one vector per token)
 
 
 @dataclass(frozen=True)
@@ -218,10 +220,12 @@ class TokenPiece:
 @dataclass(frozen=True)
 class EmbeddingResult:
     """One pooled vector per input, in the inputs' order, and the tokens each input was embedded from (after
-    truncation, where it was asked for)."""
+    truncation, where it was asked for). A model served with pooling ``none`` gives no pooled vectors but one
+    vector per token of each input, in ``token_vectors``."""
 
     vectors: tuple[tuple[float, ...], ...]
     n_tokens: tuple[int, ...]
+    token_vectors: tuple[tuple[tuple[float, ...], ...], ...] = ()
 
     @property
     def prompt_tokens(self) -> int:

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Final, Literal, TypeVar
 
 from localinfer.backends.base import (
     Backend,
@@ -81,6 +81,19 @@ Health = Literal["ready", "loading", "error"]
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class ServedAs:
+    """How one model is served otherwise than its file says: ``chat_template`` (a name of llama.cpp's built-in
+    templates, or Jinja text) in place of its own; ``pooling`` (mean, cls, last, rank, none) in place of the stated
+    one."""
+
+    chat_template: str | None = None
+    pooling: str = ""
+
+
+NOT_OVERRIDDEN: Final = ServedAs()
+
+
 class Engine:
     def __init__(
         self,
@@ -91,16 +104,16 @@ class Engine:
         hardware: HardwareProfile | None = None,
         clock: Clock = time.monotonic,
         free_memory: MemoryProbe | None = None,
-        chat_templates: Mapping[str, str] | None = None,
+        served_as: Mapping[str, ServedAs] | None = None,
     ) -> None:
         """Each model is served by the backend its format maps to in ``backend_factory`` (llama.cpp for GGUF,
         ONNX Runtime for ONNX), or by the one factory given. With ``hardware``, each model loads as the planner
         says (GPU layers, context, slots, threads, ONNX Runtime provider), except where the settings say
         otherwise; without, as the settings say. ``clock`` and ``free_memory`` (default: the machine's) are the
-        scheduler's. ``chat_templates`` replaces the chat template of the models it names (a name of llama.cpp's
-        built-in templates, or Jinja text: ``--chat-template``)."""
+        scheduler's. ``served_as`` says how the models it names are served otherwise than their files say (the
+        model ``serve`` was started with: ``--chat-template``, ``--pooling``)."""
         self._settings = settings
-        self._chat_templates = dict(chat_templates or {})
+        self._served_as = dict(served_as or {})
         self._models = models
         self._backend_factory = backend_factory
         self._hardware = hardware
@@ -138,6 +151,7 @@ class Engine:
             draft_path=self._draft_path(),
             draft_max=s.draft_max,
             draft_min=s.draft_min,
+            pooling=self._served(manifest.name).pooling,
         )
         if self._asks_kv_cache_types():
             spec = dataclasses.replace(
@@ -172,6 +186,9 @@ class Engine:
             cache_type_k=chosen.cache_type_k,
             cache_type_v=chosen.cache_type_v,
         )
+
+    def _served(self, name: str) -> ServedAs:
+        return self._served_as.get(name, NOT_OVERRIDDEN)
 
     def _draft_path(self) -> Path | None:
         """The draft model's file when GGUF models speculate with one: the draft setting as a path, else the model
@@ -258,7 +275,7 @@ class Engine:
             )
         await runner.backend.load(self._load_spec(manifest, runner.ctx_size))
         self.metrics.track(manifest.name, runner.backend.decode_stats())
-        runner.template = chat_template(runner.backend.facts, self._chat_templates.get(runner.manifest.name))
+        runner.template = chat_template(runner.backend.facts, self._served(runner.manifest.name).chat_template)
         facts = runner.backend.facts
         log.info(
             "model %s ready: %s, %d slots of %d tokens, chat template: %s",

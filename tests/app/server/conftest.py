@@ -103,8 +103,11 @@ def stop_server(server: Server) -> None:
 
 @pytest.fixture(scope="session")
 def smollm2_server(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """SmolLM2 served by its registered name, with a 2048-token context."""
-    with serving(smollm2.name, test_home, tmp_path_factory.mktemp("serve-smollm2"), "--ctx-size", "2048") as server:
+    """SmolLM2 served by its registered name, with a 2048-token context. Its names are strict: a name nobody serves
+    is a 404, as on a server of several models (the tests of each dialect's 404 use it); a server of one model that
+    answers any name with its model, as llama-server does, is test_one_model_names.py's."""
+    log_dir = tmp_path_factory.mktemp("serve-smollm2")
+    with serving(smollm2.name, test_home, log_dir, "--ctx-size", "2048", "--strict-model-names") as server:
         yield server
 
 

@@ -153,3 +153,13 @@ def test_a_bad_llama_server_flag_is_one_line_with_a_fix(
     )
     assert result.returncode != 0
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_model_given_with_llama_servers_m_flag_is_served(smollm2: Manifest, test_home: Path, tmp_path: Path) -> None:
+    flags = ("-m", str(smollm2.path), "-c", "512", "-b", "256", "-ub", "128")
+    with serving("", test_home, tmp_path, *flags) as server:
+        reply = httpx.post(f"{server.url}/completion", json={"prompt": "Hello", "n_predict": 2}, timeout=120)
+        assert reply.status_code == 200 and reply.json()["tokens_predicted"] == 2
+        assert reply.json()["model"] in [
+            m["id"] for m in httpx.get(f"{server.url}/v1/models", timeout=30).json()["data"]
+        ]

@@ -95,10 +95,11 @@ def llama_server_answers(rerankers: list[Manifest], tmp_path_factory: pytest.Tem
 def rerank_server(
     rerankers: list[Manifest], test_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    """localinfer serving ``smollm2-rerank`` by default (the other models load when named), with llama-server's
-    context."""
+    """localinfer serving ``smollm2-rerank`` by default (the other models load when named, and a name nobody serves
+    is a 404), with llama-server's context."""
     log_dir = tmp_path_factory.mktemp("serve-rerank")
-    with serving(rerankers[0].name, test_home, log_dir, "--ctx-size", str(CTX), "--parallel", "1") as server:
+    flags = ("--ctx-size", str(CTX), "--parallel", "1", "--strict-model-names")
+    with serving(rerankers[0].name, test_home, log_dir, *flags) as server:
         yield server
 
 

@@ -45,6 +45,19 @@ def add_request_default_flags(p: argparse.ArgumentParser) -> None:
 
 def add_llama_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
+        "--model",
+        "-m",
+        "--hf-repo",
+        "-hf",
+        dest="model_flag",
+        metavar="MODEL",
+        help="the model, as the positional MODEL (llama-server's -m FILE and -hf org/repo[:QUANT] spellings)",
+    )
+    p.add_argument("--batch-size", "-b", type=int, metavar="N", help="most prompt tokens one step takes (default 2048)")
+    p.add_argument(
+        "--ubatch-size", "-ub", type=int, metavar="N", help="most tokens computed at once within a step (default 512)"
+    )
+    p.add_argument(
         "--chat-template",
         metavar="NAME|JINJA",
         help="the chat template of the model named here, in place of the one in its file: a name of llama.cpp's "
@@ -54,9 +67,23 @@ def add_llama_server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--chat-template-file", metavar="FILE", help="a Jinja file that replaces the served model's chat template"
     )
+    p.add_argument(
+        "--pooling",
+        choices=("mean", "cls", "last", "rank", "none"),
+        help="how the model named here pools its embeddings, in place of what its file states (default: that, or "
+        "mean); none gives a vector per token on /embeddings, and the OpenAI and Ollama routes refuse it",
+    )
     p.add_argument("--no-slots", action="store_true", default=None, help="GET /slots answers 501, as llama-server's")
     for names, meaning in _ACCEPTED:
         p.add_argument(*names, action="store_true", help=meaning)
+
+
+def model_named(args: argparse.Namespace) -> str | None:
+    """The model the command line names: the positional MODEL or ``-m``/``-hf``. Raises ConfigError for both."""
+    if args.model is not None and args.model_flag is not None and args.model != args.model_flag:
+        raise ConfigError(f"two models named: {args.model} and {args.model_flag}", hint="name one, as MODEL or with -m")
+    named: str | None = args.model if args.model is not None else args.model_flag
+    return named
 
 
 def chat_template_source(args: argparse.Namespace) -> str | None:

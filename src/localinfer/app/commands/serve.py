@@ -13,6 +13,7 @@ from localinfer.app.commands.llama_server_flags import (
     chat_template_source,
     ctx_per_slot,
     hosts_of,
+    model_named,
 )
 from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.app.commands.pull import machine_fits
@@ -214,12 +215,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.hardware.detect import detect
     from localinfer.models.library import ModelLibrary
 
+    args.model = model_named(args)
     ctx_size, ctx_note = ctx_per_slot(args.ctx_size, args.parallel)
     settings = settings.with_overrides(
         host=args.host,
         port=args.port,
         api_key=SecretStr(args.api_key) if args.api_key else None,
         ctx_size=ctx_size,
+        batch_size=args.batch_size,
+        ubatch_size=args.ubatch_size,
         threads=args.threads,
         parallel=args.parallel,
         max_queue=args.max_queue,
@@ -241,6 +245,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         keep_alive=args.keep_alive,
         pin=args.pin,
         chat_template=chat_template_source(args),
+        pooling=args.pooling,
         strict_model_names=args.strict_model_names,
         slots_endpoint=False if args.no_slots else None,
         slot_save_path=_slot_folder(args.slot_save_path),
@@ -265,10 +270,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     url = f"http://{_url_host(hosts[0])}:{settings.port}"
     preload: Manifest | None = None
     if args.model is None and not args.alias and library.list():  # nothing loaded at start: each model on demand
-        if settings.chat_template:
+        if settings.chat_template or settings.pooling:
+            flag = "--chat-template" if settings.chat_template else "--pooling"
             raise ConfigError(
-                "--chat-template replaces the template of the model the server is started with, and none is named",
-                hint="name it: localinfer serve MODEL --chat-template ...",
+                f"{flag} changes the model the server is started with, and none is named",
+                hint=f"name it: localinfer serve MODEL {flag} ...",
             )
         stack = local_stack(settings, library=library, hardware=hardware, serving=url)
         default = _default_model(stack.models, settings.model)

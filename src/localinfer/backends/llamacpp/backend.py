@@ -244,12 +244,20 @@ class LlamaCppBackend(Backend):
                 prompts[index] = fit(prompt, n_ctx=model.n_ctx, keep_last=keep_last)
             elif len(prompt) > model.n_ctx:
                 raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx, param="input")
+        n_tokens = tuple(len(p) for p in prompts)
+        if model.pooling == "none":  # llama-server's --pooling none: a vector per token, none pooled nor normalised
+            rows = []
+            for prompt in prompts:
+                async with self._embedding:
+                    embedder = self._embedder_for(model)
+                    rows.append(await asyncio.to_thread(embedder.embed_tokens, prompt))
+            return EmbeddingResult(vectors=(), n_tokens=n_tokens, token_vectors=tuple(rows))
         vectors: list[tuple[float, ...]] = []
         for prompt in prompts:
             async with self._embedding:  # taken per input: a long request does not hold off the others for long
                 embedder = self._embedder_for(model)
                 vectors.append(await asyncio.to_thread(embedder.embed, prompt, normalize=normalize))
-        return EmbeddingResult(vectors=tuple(vectors), n_tokens=tuple(len(p) for p in prompts))
+        return EmbeddingResult(vectors=tuple(vectors), n_tokens=n_tokens)
 
     async def rerank(self, query: str, documents: Sequence[str]) -> RerankResult:
         model, _ = self._loaded()

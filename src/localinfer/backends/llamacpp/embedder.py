@@ -54,17 +54,15 @@ class Embedder:
         self.is_reranker = model.stated_pooling() == lc.LLAMA_POOLING_TYPE_RANK  # its context scores pairs
 
     def _open(self) -> lc.llama_context_p:
-        """The context, made on first use with the model's pooling (mean where it states none). Raises
-        ModelLoadError when llama.cpp cannot make it."""
+        """The context, made on first use with the model's pooling: the one asked for (``--pooling``), else the
+        stated one, else mean; a model stated as pooling none is pooled by the mean too, unless none was asked for
+        (then each token keeps its vector). Raises ModelLoadError when llama.cpp cannot make it."""
         if self._ctx is not None:
             return self._ctx
-        stated = self._model.stated_pooling() is not None
-        ctx = self._context(lc.LLAMA_POOLING_TYPE_UNSPECIFIED if stated else lc.LLAMA_POOLING_TYPE_MEAN)
-        pooling = int(lc.llama_pooling_type(ctx))
-        if pooling == lc.LLAMA_POOLING_TYPE_NONE:  # stated as none: llama.cpp would give per-token vectors
-            lc.llama_free(ctx)
-            ctx = self._context(lc.LLAMA_POOLING_TYPE_MEAN)
-            pooling = int(lc.llama_pooling_type(ctx))
+        pooling = self._model.stated_pooling()
+        if pooling is None or (pooling == lc.LLAMA_POOLING_TYPE_NONE and not self._model.pooling):
+            pooling = lc.LLAMA_POOLING_TYPE_MEAN
+        ctx = self._context(pooling)
         self.pooling = POOLING_NAMES.get(pooling, str(pooling))
         assert self._model.model is not None
         self.n_embd = int(lc.llama_model_n_embd(self._model.model))
@@ -105,9 +103,26 @@ class Embedder:
                 raise ModelNotReady("the model was unloaded")
             pooled = self._pooled(self._open(), prompt)
             vector = np.ctypeslib.as_array(pooled, shape=(self.n_embd,)).astype(np.float64)
-        if normalize:
-            vector = vector / max(float(np.sqrt(np.dot(vector, vector))), 1e-12)
-        return tuple(vector.astype(np.float32).tolist())
+        return _normalized(vector) if normalize else tuple(vector.astype(np.float32).tolist())
+
+    def embed_tokens(self, prompt: Sequence[int]) -> tuple[tuple[float, ...], ...]:
+        """Each of ``prompt``'s tokens' vectors, for a model served with pooling none (llama-server's per-token
+        embeddings, which it leaves unnormalised); ``prompt`` holds 1 to ``n_ctx`` valid ids. Raises as
+        ``embed``."""
+        if self.is_reranker:
+            raise reranker_refusal("this model", "embed texts")
+        with self._lock:
+            if self._closed:
+                raise ModelNotReady("the model was unloaded")
+            ctx = self._open()
+            self._decode(ctx, prompt)
+            rows = []
+            for i in range(len(prompt)):
+                pointer = lc.llama_get_embeddings_ith(ctx, i)
+                if not pointer:
+                    raise GenerationFailed(f"llama.cpp gave no output for token {i} of the input")
+                rows.append(np.ctypeslib.as_array(pointer, shape=(self.n_embd,)).astype(np.float64))
+        return tuple(tuple(row.astype(np.float32).tolist()) for row in rows)
 
     def score(self, prompt: Sequence[int]) -> float:
         """The relevance score of a query and document pair laid out as ``prompt`` (1 to ``n_ctx`` valid token
@@ -123,6 +138,14 @@ class Embedder:
     def _pooled(self, ctx: lc.llama_context_p, prompt: Sequence[int]) -> Any:
         """Decode ``prompt`` alone; llama.cpp's pooled output for it (a float pointer, valid until the next
         decode: read it under the lock)."""
+        self._decode(ctx, prompt)
+        pointer = lc.llama_get_embeddings_seq(ctx, 0)
+        if not pointer:
+            raise GenerationFailed("llama.cpp gave no pooled output for the input")
+        return pointer
+
+    def _decode(self, ctx: lc.llama_context_p, prompt: Sequence[int]) -> None:
+        """Decode ``prompt`` alone, every token's output kept."""
         batch = self._batch
         assert 0 < len(prompt) <= self._model.n_ctx
         lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
@@ -136,10 +159,6 @@ class Embedder:
         status = lc.llama_decode(ctx, batch)
         if status != 0:
             raise GenerationFailed(f"llama.cpp could not decode the input (llama_decode returned {status})")
-        pointer = lc.llama_get_embeddings_seq(ctx, 0)
-        if not pointer:
-            raise GenerationFailed("llama.cpp gave no pooled output for the input")
-        return pointer
 
     def free(self) -> None:
         """Free the context, once a decode under way has ended; later calls to ``embed`` raise ModelNotReady."""
@@ -154,6 +173,12 @@ class Embedder:
         if self._ctx is not None:
             lc.llama_free(self._ctx)
             self._ctx = None
+
+
+def _normalized(vector: np.ndarray[Any, Any]) -> tuple[float, ...]:
+    """``vector`` scaled to length 1 (L2), as float32 numbers."""
+    scaled = vector / max(float(np.sqrt(np.dot(vector, vector))), 1e-12)
+    return tuple(scaled.astype(np.float32).tolist())
 
 
 def fit(prompt: list[int], *, n_ctx: int, keep_last: bool) -> list[int]:

@@ -21,6 +21,16 @@ from localinfer.types import DEFAULT_KV_CACHE_TYPE, KV_CACHE_BYTES
 
 log = logging.getLogger(__name__)
 
+# llama-server's --pooling names and llama.cpp's types. A model that states no pooling embeds by the mean.
+POOLING_TYPES: dict[str, int] = {
+    "none": lc.LLAMA_POOLING_TYPE_NONE,
+    "mean": lc.LLAMA_POOLING_TYPE_MEAN,
+    "cls": lc.LLAMA_POOLING_TYPE_CLS,
+    "last": lc.LLAMA_POOLING_TYPE_LAST,
+    "rank": lc.LLAMA_POOLING_TYPE_RANK,
+}
+_POOLING_NAMES = {value: name for name, value in POOLING_TYPES.items()}
+
 _backend_ready = False
 
 
@@ -148,6 +158,7 @@ class LlamaModel:
     gpu_layers: int = 0
     n_ubatch: int = 512  # what llama.cpp computes at once: a step's prompt tokens, so dispatch runs between them
     cache_types: tuple[str, str] = (DEFAULT_KV_CACHE_TYPE, DEFAULT_KV_CACHE_TYPE)  # keys', values' element types
+    pooling: str = ""  # the pooling asked for in place of the stated one (llama-server's --pooling); "": the stated
 
     @property
     def n_swa(self) -> int:
@@ -236,6 +247,7 @@ class LlamaModel:
             gpu_layers=offloaded,
             n_ubatch=n_ubatch,
             cache_types=(spec.cache_type_k, spec.cache_type_v),
+            pooling=spec.pooling,
         )
 
     def free(self) -> None:
@@ -286,8 +298,10 @@ class LlamaModel:
         return _meta(self.model, key) if self.model is not None else None
 
     def stated_pooling(self) -> int | None:
-        """The pooling the GGUF states (``<arch>.pooling_type``, llama.cpp's LLAMA_POOLING_TYPE_*), None when it
-        states none (a generative model)."""
+        """The pooling asked for at load (``--pooling``), else the one the GGUF states (``<arch>.pooling_type``),
+        as llama.cpp's LLAMA_POOLING_TYPE_*; None when neither says (a generative model)."""
+        if self.pooling:
+            return POOLING_TYPES[self.pooling]
         stated = self.meta(f"{self.meta('general.architecture')}.pooling_type")
         return int(stated) if stated is not None and stated.lstrip("-").isdigit() else None
 
@@ -317,6 +331,7 @@ class LlamaModel:
             eog_ids=self.eog_ids(),
             cache_type_k=self.cache_types[0],
             cache_type_v=self.cache_types[1],
+            pooling=self.pooling or _POOLING_NAMES.get(self.stated_pooling() or lc.LLAMA_POOLING_TYPE_MEAN, "mean"),
         )
 
     def fim_tokens(self) -> FimTokens:

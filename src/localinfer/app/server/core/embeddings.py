@@ -65,8 +65,21 @@ def _is_tokens(value: object) -> bool:
 
 
 async def native_embeddings(request: Request, model: str, inputs: list[EmbeddingInput], *, normalize: bool) -> Response:
-    """llama-server's answer for ``inputs``: each pooled vector (L2-normalised with ``normalize``) as a row."""
+    """llama-server's answer for ``inputs``: each pooled vector (L2-normalised with ``normalize``) as a row, or
+    under pooling none each token's vector, a row each."""
     engine: Engine = request.app.state.engine
     result = await unless_disconnected(request, engine.embed(model, inputs, normalize=normalize))
-    answer = [{"index": index, "embedding": [list(vector)]} for index, vector in enumerate(result.vectors)]
+    rows = result.token_vectors or tuple((vector,) for vector in result.vectors)
+    answer = [{"index": index, "embedding": [list(row) for row in input_rows]} for index, input_rows in enumerate(rows)]
     return Response(pydantic_core.to_json(answer), media_type="application/json")
+
+
+async def check_pooled(engine: Engine, model: str) -> None:
+    """Raises InvalidRequest when ``model`` is served with pooling none: its vectors are per token, which only
+    llama.cpp's /embeddings answers (as llama-server refuses it on its OpenAI route)."""
+    if (await engine.facts(model)).pooling == "none":
+        raise InvalidRequest(
+            "this model is served with --pooling none (a vector per token), which this route cannot answer",
+            param="input",
+            hint="use llama.cpp's /embeddings, or serve the model with another --pooling",
+        )

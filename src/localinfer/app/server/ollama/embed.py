@@ -25,6 +25,7 @@ import pydantic_core
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from localinfer.app.server.core.embeddings import check_pooled
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.wire import keep_alive_seconds
 from localinfer.app.server.disconnect import unless_disconnected
@@ -82,6 +83,7 @@ async def embed(request: Request, body: EmbedJSON) -> Response:
     keep_alive = keep_alive_seconds(body.keep_alive)
     await unless_disconnected(request, engine.runner(model, keep_alive=keep_alive))
     loaded = time.monotonic_ns()
+    await check_pooled(engine, model)
     if not texts:
         return _json({"model": model, "embeddings": []})
     result = await unless_disconnected(
@@ -107,6 +109,7 @@ async def embeddings(request: Request, body: EmbeddingsJSON) -> Response:
     if not body.prompt:
         await unless_disconnected(request, engine.runner(model, keep_alive=keep_alive))
         return _json({"embedding": []})
+    await check_pooled(engine, model)
     result = await unless_disconnected(
         request, engine.embed(model, [body.prompt], normalize=False, truncate=True, keep_alive=keep_alive)
     )

@@ -22,7 +22,7 @@ import pydantic_core
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from localinfer.app.server.core.embeddings import embedding_inputs, native_embeddings
+from localinfer.app.server.core.embeddings import check_pooled, embedding_inputs, native_embeddings
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
@@ -64,6 +64,7 @@ async def embeddings(body: EmbeddingsBody, request: Request) -> Response:
     model = requested_model(request, body.model)
     if body.native:
         return await native_embeddings(request, model, body.inputs(), normalize=True)
+    await check_pooled(engine, model)
     result = await unless_disconnected(request, engine.embed(model, body.inputs(), normalize=True))
     n_dimensions = len(result.vectors[0])
     if body.dimensions is not None and body.dimensions != n_dimensions:
