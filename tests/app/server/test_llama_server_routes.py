@@ -30,6 +30,7 @@ CHAT: dict[str, Any] = {
     ]
 }
 TEXTS = ["The cat sat on the mat.", "A dog ran in the park."]
+PROMPT_OBJECT = {"prompt": {"prompt_string": "The capital of France is"}, "n_predict": 8, "temperature": 0}
 PREFLIGHT = {
     "Origin": "http://localhost:5173",
     "Access-Control-Request-Method": "POST",
@@ -48,6 +49,7 @@ def llama_server_answers(
         answers["input_tokens"] = httpx.post(f"{url}/chat/completions/input_tokens", json=CHAT, timeout=120).json()
         answers["models"] = httpx.get(f"{url}/models", timeout=120).json()
         answers["v1/health"] = httpx.get(f"{url}/v1/health", timeout=120)
+        answers["prompt_string"] = httpx.post(f"{url}/completion", json=PROMPT_OBJECT, timeout=120).json()
         answers["preflight"] = httpx.options(f"{url}/v1/chat/completions", headers=PREFLIGHT, timeout=120)
     log_dir = tmp_path_factory.mktemp("llama-server-embed")
     with llama_server(smollm2_embed.path, log_dir, "-c", "2048", "-np", "1", "--embeddings") as url:
@@ -182,3 +184,28 @@ def test_native_embeddings_refuse_what_they_cannot_do_in_llama_servers_shape(emb
         assert reply.status_code == 400, reply.text
         assert reply.json()["error"]["type"] == "invalid_request_error" and reply.json()["error"]["code"] == 400
         assert param_word in reply.json()["error"]["message"] or '"input"' in reply.json()["error"]["message"]
+
+
+def test_a_prompt_string_object_is_completed_as_llama_server_completes_it(
+    server: Server, llama_server_answers: dict[str, Any]
+) -> None:
+    theirs = llama_server_answers["prompt_string"]
+    ours = httpx.post(f"{server.url}/completion", json=PROMPT_OBJECT, timeout=120)
+    assert ours.status_code == 200, ours.text
+    assert ours.json()["content"] == theirs["content"] and theirs["content"]
+    plain = {**PROMPT_OBJECT, "prompt": "The capital of France is"}
+    text = httpx.post(f"{server.url}/completion", json=plain, timeout=120)
+    assert text.json()["content"] == theirs["content"]
+    ids = httpx.post(f"{server.url}/tokenize", json={"content": "The capital of"}, timeout=30).json()["tokens"]
+    mixed = {**PROMPT_OBJECT, "prompt": [{"prompt_string": [*ids, " France is"]}]}
+    assert httpx.post(f"{server.url}/completion", json=mixed, timeout=120).json()["content"] == theirs["content"]
+
+
+def test_a_prompt_object_with_images_or_several_prompts_is_a_400(server: Server) -> None:
+    for prompt, said in (
+        ({"prompt_string": "Describe <__media__>", "multimodal_data": ["aGVsbG8="]}, "multimodal_data"),
+        ([{"prompt_string": "one"}, {"prompt_string": "two"}], "several prompts"),
+    ):
+        reply = httpx.post(f"{server.url}/completion", json={"prompt": prompt, "n_predict": 2}, timeout=60)
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["type"] == "invalid_request_error" and said in reply.json()["error"]["message"]

@@ -23,6 +23,7 @@ from localinfer.app.server.llamacpp.wire import (
     DetokenizeBody,
     Prompt,
     TokenizeBody,
+    plain_prompt,
     with_token_ids,
 )
 from localinfer.engine.engine import Engine
@@ -46,10 +47,11 @@ async def completion(body: CompletionBody, request: Request) -> JSONResponse | S
     model = requested_model(request, body.model)
     options = await with_token_ids(body.options(), _text_tokenizer(engine, model))
     facts = await engine.facts(model)
-    text = body.prompt if isinstance(body.prompt, str) else ""
+    prompt = plain_prompt(body.prompt)
+    text = prompt if isinstance(prompt, str) else ""
     tokens: tuple[int, ...] = ()
-    if not isinstance(body.prompt, str):
-        tokens = tuple(await _tokens(engine, model, body.prompt, add_special=True, parse_special=True))
+    if not isinstance(prompt, str):
+        tokens = tuple(await _tokens(engine, model, prompt, add_special=True, parse_special=True))
         text = await _text(engine, model, tokens)  # refuses an id outside the vocabulary
     served = Served(model, text, body.settings(options, facts.n_ctx, facts.eog_ids))
     core = CompletionRequest(
@@ -60,7 +62,7 @@ async def completion(body: CompletionBody, request: Request) -> JSONResponse | S
         return StreamingResponse(sse_stream(stream, served), media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))
     ids = result.tokens if body.return_tokens else ()
-    return JSONResponse(final_body(served, result.text, result.last, stream=False, tokens=ids))
+    return JSONResponse(final_body(served, result.text, result.last, stream=False, tokens=ids, probs=result.logprobs))
 
 
 # llama-server's other name for it (not /v1/completions, which is OpenAI's)

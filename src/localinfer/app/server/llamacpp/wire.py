@@ -24,6 +24,34 @@ from localinfer.types import GenerationOptions, Priority, ResponseFormat, Sampli
 TokenId = StrictInt
 Prompt = str | list[TokenId | str]
 
+
+class PromptObject(BaseModel):
+    """llama-server's prompt as an object, ``{"prompt_string": ..., "multimodal_data": [...]}``: its text (or
+    mixed ids and text); images and audio need a multimodal projector, which this server does not load."""
+
+    prompt_string: Prompt
+    multimodal_data: list[str] | None = None
+
+
+GivenPrompt = Prompt | PromptObject | list[PromptObject]
+
+
+def plain_prompt(given: GivenPrompt) -> Prompt:
+    """``given`` as text or mixed ids and text: a ``prompt_string`` object (alone, or the one in a list) unwrapped.
+    Raises InvalidRequest for several objects (several prompts) or multimodal data."""
+    objects = [part for part in given if isinstance(part, PromptObject)] if isinstance(given, list) else []
+    if len(objects) > 1:
+        raise InvalidRequest("several prompts in one request are not supported: send one", param="prompt")
+    one = objects[0] if objects else given
+    if not isinstance(one, PromptObject):
+        return given  # type: ignore[return-value]  # text, or ids and text: no object in it
+    if one.multimodal_data:
+        raise InvalidRequest(
+            "multimodal_data needs a model served with a multimodal projector, which this server has not",
+            param="prompt.multimodal_data",
+        )
+    return one.prompt_string
+
 # Samplers llama-server may be asked to run (``samplers``). Ours run top-k, top-p, min-p, penalties and temperature;
 # the others do nothing at their default settings, which are the only ones we take.
 OUR_SAMPLERS: Final = frozenset({"top_k", "top_p", "min_p", "penalties", "temperature"})
@@ -65,7 +93,7 @@ class _Wire(BaseModel):
 class CompletionBody(_Wire):
     """``POST /completion``: llama-server's defaults (tools/server/README.md)."""
 
-    prompt: Prompt
+    prompt: GivenPrompt
     n_predict: int = Field(default_factory=lambda: default_n_predict(-1), ge=-1)  # -1: until the context is full
     max_tokens: int | None = Field(None, ge=-1)  # llama-server's other name for it, when n_predict is not given
     temperature: float = Field(default_factory=lambda: default_temperature(0.8), ge=0.0)
