@@ -329,7 +329,7 @@ def test_an_infill_arriving_while_a_chat_streams_on_the_same_model_does_not_wait
         response = httpx.get(f"{smollm2_server.url}/slots", params={"model": smollm2_fim.name}, timeout=30)
         assert response.status_code == 200, response.text
         slots: list[dict[str, Any]] = response.json()
-        decoding = [slot["next_token"]["n_decoded"] for slot in slots if slot["is_processing"]]
+        decoding = [slot["next_token"][0]["n_decoded"] for slot in slots if slot["is_processing"]]
         assert decoding and max(decoding) < chat_tokens // 2, slots
         rest = [line for line in lines if line.startswith("data: {")]
     assert received + len(rest) >= chat_tokens // 2
