@@ -113,6 +113,10 @@ class GenerationOptions:
     # (as Ollama and llama-server do, and the TUI)
     refuse_max_tokens_past_context: bool = False
     logprobs: int | None = None  # each token's log-probability and this many most likely ones; None: none
+    logprobs_of_end: bool = False  # the end-of-generation token's too (llama-server's n_probs counts it)
+    # log-probabilities under the sampler chain's distribution (its candidates after top-k, top-p, temperature...;
+    # greedy: the token taken is certain) rather than the raw logits': llama-server's post_sampling_probs
+    logprobs_after_sampling: bool = False
     n_indent: int = 0  # llama-server's: a line after the first, indented less than this, ends the text (cut there)
     t_max_predict_ms: float = 0.0  # llama-server's: once generating took longer, the next line end ends the text
 
@@ -236,12 +240,15 @@ class Timings:
 class TokenLogprob:
     """One generated token: its text (a piece of a character reads as U+FFFD), bytes and natural-log
     probability under the model's own distribution (its raw logits, before penalties, temperature or any
-    constraint), and the most likely tokens at that position as ``(text, bytes, logprob)``, most likely first."""
+    constraint; or, where ``GenerationOptions.logprobs_after_sampling`` asks, under the sampler chain's), and the
+    most likely tokens at that position as ``(text, bytes, logprob)``, most likely first."""
 
     token: str
     raw: bytes
     logprob: float
     top: tuple[tuple[str, bytes, float], ...] = ()
+    id: int = -1  # the token's id (-1: not said)
+    top_ids: tuple[int, ...] = ()  # the ids of ``top``'s tokens, in its order
 
 
 @dataclass(frozen=True)

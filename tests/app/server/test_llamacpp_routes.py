@@ -294,7 +294,6 @@ def test_bad_completion_bodies_are_400s_in_llamacpp_shape(smollm2_server: Server
     "field,value",
     [
         ("mirostat", 2),
-        ("n_probs", 3),
         ("samplers", ["mirostat"]),
         ("typical_p", 0.5),
         ("response_fields", ["content"]),

@@ -196,6 +196,8 @@ class LlamaCppBackend(Backend):
             ignore_eos=options.ignore_eos,
             cache_prompt=options.cache_prompt,
             n_logprobs=options.logprobs,
+            logprobs_of_end=options.logprobs_of_end,
+            logprobs_after_sampling=options.logprobs_after_sampling,
             priority=PRIORITY_RANK[request.priority],
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
             text=constraint.text_stream(options.stop) if constraint else text_stream_for(options),

@@ -77,6 +77,8 @@ class Job:
     t_last_token: float = 0.0
     sampled: int = 0  # tokens sampled, an end-of-generation token included (generated counts those sent)
     n_logprobs: int | None = None  # None: no log-probabilities; else each token's and this many most likely ones
+    logprobs_of_end: bool = False  # the end-of-generation token's log-probability too, in the last chunk
+    logprobs_after_sampling: bool = False  # under the sampler chain's distribution (sampled by sample_with_logprob)
     priority: int = 1  # PRIORITY_RANK: a higher one gets a free slot, and the prefill budget, first
     yielded: bool = False  # it gave up its slot, mid-prompt, to a job of higher priority (once at most)
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)

@@ -26,7 +26,7 @@ from localinfer.backends.base import DecodeStats, SlotInfo, SlotUsage
 from localinfer.backends.llamacpp import checkpoints
 from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
-from localinfer.backends.llamacpp.logprobs import token_logprob
+from localinfer.backends.llamacpp.logprobs import sample_with_logprob, token_logprob
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import greedy_token
 from localinfer.backends.llamacpp.slot_files import Result, SlotAction, SlotActions, SlotFiles
@@ -375,7 +375,10 @@ class StepLoop:
         the request ended here (finished, or failed alone), else the token to go on from."""
         model = self._model
         try:
-            if job.greedy:
+            logprob = None
+            if job.n_logprobs is not None and job.logprobs_after_sampling and job.sampler:
+                token, logprob = sample_with_logprob(model, self._ctx, job.sampler, index, job.n_logprobs)
+            elif job.greedy:
                 token = greedy_token(self._ctx, index, self._n_vocab, job.greedy_bias)
             else:
                 token = lc.llama_sampler_sample(job.sampler, self._ctx, index)
@@ -383,13 +386,18 @@ class StepLoop:
             if job.sampled == 0:
                 job.t_first_token = job.t_last_token
             job.sampled += 1
-            if model.is_eog(token) and not job.ignore_eos:
+            end = model.is_eog(token) and not job.ignore_eos
+            if job.n_logprobs is not None and logprob is None and (job.logprobs_of_end or not end):
+                logprob = token_logprob(model, self._ctx, index, token, job.n_logprobs)
+            if end:
                 job.pending_tokens.append(int(token))  # no text, but its id comes last, as llama-server's does
+                if logprob is not None and job.logprobs_of_end:
+                    job.pending_logprobs.append(logprob)
                 self._finish(slot, "stop")
                 return None
             job.generated += 1
-            if job.n_logprobs is not None:
-                job.pending_logprobs.append(token_logprob(model, self._ctx, index, token, job.n_logprobs))
+            if logprob is not None:
+                job.pending_logprobs.append(logprob)
             job.emit(int(token), job.text.push(model.token_bytes(token)))
         except Exception as exc:
             log.exception("request %s failed while sampling", job.request_id)

@@ -107,5 +107,5 @@ async def infill(body: InfillBody, request: Request) -> JSONResponse | Streaming
         return StreamingResponse(sse_stream(stream, served), media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))
     ids = result.tokens if body.return_tokens else ()
-    answer = final_body(served, result.text, result.last, stream=False, tokens=ids)
+    answer = final_body(served, result.text, result.last, stream=False, tokens=ids, probs=result.logprobs)
     return JSONResponse(only_fields(body.response_fields, answer) if body.response_fields else answer)

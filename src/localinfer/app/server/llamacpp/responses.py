@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any
 from localinfer.app.server.core.timings import speculation_body
 from localinfer.app.server.errors import llamacpp_error
 from localinfer.errors import LocalInferError
-from localinfer.types import Timings, TokenChunk, TokenStream, Usage
+from localinfer.types import Timings, TokenChunk, TokenLogprob, TokenStream, Usage
 
 
 @dataclass(frozen=True)
@@ -51,15 +52,51 @@ def timings_body(t: Timings | None, usage: Usage | None) -> dict[str, Any]:
     }
 
 
+def probabilities_body(probs: Sequence[TokenLogprob], post_sampling: bool) -> list[dict[str, Any]]:
+    """llama-server's ``completion_probabilities``: per token its ``id``, ``token`` (its text, a trailing piece of
+    a character left out), ``bytes`` and ``logprob`` with the ``top_logprobs`` most likely; or, after the sampler
+    chain (``post_sampling_probs``), ``prob`` and ``top_probs``."""
+    key, top_key = ("prob", "top_probs") if post_sampling else ("logprob", "top_logprobs")
+
+    def entry(token: int, raw: bytes, logprob: float) -> dict[str, Any]:
+        value = math.exp(logprob) if post_sampling else logprob
+        return {"id": token, "token": _whole_characters(raw), "bytes": list(raw), key: value}
+
+    return [
+        {
+            **entry(p.id, p.raw, p.logprob),
+            top_key: [entry(token, raw, logprob) for token, (_, raw, logprob) in zip(p.top_ids, p.top, strict=True)],
+        }
+        for p in probs
+    ]
+
+
+def _whole_characters(raw: bytes) -> str:
+    """``raw`` as text without a piece of a character at its end (as llama-server's validate_utf8 cuts it)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason == "unexpected end of data":
+            return raw[: exc.start].decode("utf-8", errors="replace")
+        return raw.decode("utf-8", errors="replace")
+
+
 def final_body(
-    served: Served, content: str, last: TokenChunk, *, stream: bool, tokens: Sequence[int] = ()
+    served: Served,
+    content: str,
+    last: TokenChunk,
+    *,
+    stream: bool,
+    tokens: Sequence[int] = (),
+    probs: Sequence[TokenLogprob] = (),
 ) -> dict[str, Any]:
     """The answer (or a stream's last event) for a finished generation whose text is ``content``; ``tokens`` are
-    the ids of that text, given when the request asked for them (``return_tokens``), as llama-server sends them."""
+    the ids of that text, given when the request asked for them (``return_tokens``), as llama-server sends them;
+    ``probs`` every token's probabilities, asked for with ``n_probs`` (a stream sends them with its pieces)."""
     usage = last.usage or Usage(0, 0, 0)
     # llama-server's counts: every token sampled (an end token included), and in the cache all but the last
     predicted = last.timings.predicted_n if last.timings is not None else usage.completion_tokens
-    return {
+    body = {
         "index": 0,
         "content": content,
         "tokens": list(tokens),
@@ -76,6 +113,13 @@ def final_body(
         "tokens_cached": usage.prompt_tokens + max(predicted - 1, 0),
         "timings": timings_body(last.timings, last.usage),
     }
+    if probs and not stream:
+        body["completion_probabilities"] = probabilities_body(probs, _post_sampling(served))
+    return body
+
+
+def _post_sampling(served: Served) -> bool:
+    return bool(served.settings.get("post_sampling_probs"))
 
 
 def sse(data: dict[str, Any]) -> str:
@@ -86,15 +130,19 @@ async def sse_stream(stream: TokenStream, served: Served) -> AsyncIterator[str]:
     """llama-server's stream: a ``data:`` event per piece of text with the ids of its tokens (``stop: false``),
     then one with ``stop: true`` and the whole answer's counts and timings; no ``[DONE]``. Tokens whose text is
     held back and then dropped (a stop string) still come, in a piece whose ``content`` is empty, as llama-server
-    sends them. An error after the stream began is its last event, ``data: {"error": {...}}`` in llama-server's
-    error shape. Closing this iterator frees the slot at once."""
+    sends them; with ``n_probs`` each piece carries its tokens' ``completion_probabilities``. An error after the
+    stream began is its last event, ``data: {"error": {...}}`` in llama-server's error shape. Closing this iterator
+    frees the slot at once."""
     has_new_line = False
     try:
         async with aclosing(stream):
             async for chunk in stream:
                 if chunk.text or chunk.tokens:
                     has_new_line = has_new_line or "\n" in chunk.text
-                    yield sse({"index": 0, "content": chunk.text, "tokens": list(chunk.tokens), "stop": False})
+                    piece = {"index": 0, "content": chunk.text, "tokens": list(chunk.tokens), "stop": False}
+                    if chunk.logprobs:
+                        piece["completion_probabilities"] = probabilities_body(chunk.logprobs, _post_sampling(served))
+                    yield sse(piece)
                 if chunk.finish_reason is not None:
                     last = final_body(served, "", chunk, stream=True)
                     yield sse({**last, "has_new_line": has_new_line})

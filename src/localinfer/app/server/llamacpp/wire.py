@@ -65,7 +65,6 @@ _UNSUPPORTED: Final[tuple[tuple[str, Any], ...]] = (
     ("xtc_probability", 0.0),
     ("dry_multiplier", 0.0),
     ("top_n_sigma", -1.0),
-    ("n_probs", 0),
     ("json_schema", None),
     ("lora", None),
     ("image_data", None),
@@ -114,6 +113,8 @@ class CompletionBody(_Wire):
     return_tokens: bool = False  # the answer's ``tokens``: the generated ids (a stream's pieces always carry them)
     logit_bias: dict[str, Any] | list[Any] | None = None  # core/logit_bias.py: OpenAI's map or llama-server's list
     grammar: str = ""  # a GBNF grammar the text follows ("": none)
+    n_probs: int = 0  # each token's probabilities and those of the n most likely (0 or less: none)
+    post_sampling_probs: bool = False  # those after the sampler chain, as probabilities, not log-probabilities
 
     @property
     def n_tokens(self) -> int | None:
@@ -125,6 +126,17 @@ class CompletionBody(_Wire):
     def stops(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else self.stop
         return tuple(s for s in stops if s)
+
+    @property
+    def n_probs_asked(self) -> int:
+        """``n_probs``, or where it is not given ``logprobs``, llama-server's other name for it. Raises
+        InvalidRequest for a ``logprobs`` that is not an integer."""
+        other = (self.model_extra or {}).get("logprobs")
+        if "n_probs" in self.model_fields_set or other is None:
+            return self.n_probs
+        if isinstance(other, bool) or not isinstance(other, int):
+            raise InvalidRequest("logprobs (n_probs) must be an integer", param="logprobs")
+        return other
 
     def options(self) -> GenerationOptions:
         """The generation options this body asks for. Raises InvalidRequest naming a field we cannot honour."""
@@ -149,6 +161,9 @@ class CompletionBody(_Wire):
             response_format=ResponseFormat("grammar", grammar=self.grammar) if self.grammar else ResponseFormat(),
             ignore_eos=self.ignore_eos,
             cache_prompt=self.cache_prompt,
+            logprobs=self.n_probs_asked if self.n_probs_asked > 0 else None,
+            logprobs_of_end=True,
+            logprobs_after_sampling=self.post_sampling_probs,
         )
 
     def settings(self, options: GenerationOptions, n_ctx: int, eog_ids: tuple[int, ...] = ()) -> dict[str, Any]:
@@ -177,6 +192,8 @@ class CompletionBody(_Wire):
             "logit_bias": shown_logit_bias(s.logit_bias + bans),
             "grammar": options.response_format.grammar,
             "cache_prompt": options.cache_prompt,
+            "n_probs": self.n_probs_asked,
+            "post_sampling_probs": self.post_sampling_probs,
             "samplers": [name for name in ("penalties", "top_k", "top_p", "min_p", "temperature") if _runs(name, s)],
         }
 
