@@ -52,6 +52,7 @@ def plain_prompt(given: GivenPrompt) -> Prompt:
         )
     return one.prompt_string
 
+
 # Samplers llama-server may be asked to run (``samplers``). Ours run top-k, top-p, min-p, penalties and temperature;
 # the others do nothing at their default settings, which are the only ones we take.
 OUR_SAMPLERS: Final = frozenset({"top_k", "top_p", "min_p", "penalties", "temperature"})
