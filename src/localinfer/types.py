@@ -117,6 +117,8 @@ class GenerationOptions:
     # log-probabilities under the sampler chain's distribution (its candidates after top-k, top-p, temperature...;
     # greedy: the token taken is certain) rather than the raw logits': llama-server's post_sampling_probs
     logprobs_after_sampling: bool = False
+    timings_per_token: bool = False  # llama-server's: every chunk carries the timings so far, not only the last
+    return_progress: bool = False  # llama-server's: chunks with the prompt's progress come while it is computed
     n_indent: int = 0  # llama-server's: a line after the first, indented less than this, ends the text (cut there)
     t_max_predict_ms: float = 0.0  # llama-server's: once generating took longer, the next line end ends the text
 
@@ -213,6 +215,7 @@ class Timings:
     draft_n: int = 0  # speculative decoding: draft tokens the model verified
     draft_n_accepted: int = 0  # of those, the ones it kept
     cache_shared_n: int = 0  # of the prompt tokens reused (Usage.cached_tokens), those copied from another slot
+    cache_n: int = 0  # the prompt tokens reused (as Usage.cached_tokens; a chunk before the last has no Usage)
 
     def __add__(self, other: Timings) -> Timings:
         return Timings(
@@ -223,6 +226,7 @@ class Timings:
             self.draft_n + other.draft_n,
             self.draft_n_accepted + other.draft_n_accepted,
             self.cache_shared_n + other.cache_shared_n,
+            self.cache_n + other.cache_n,
         )
 
     @property
@@ -252,6 +256,18 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True)
+class PromptProgress:
+    """How far a prompt's computing has come (llama-server's ``prompt_progress``): of its ``total`` tokens,
+    ``cache`` were reused and ``processed`` are in the cache now (the reused ones included), ``time_ms`` after the
+    request took its slot."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+
+
+@dataclass(frozen=True)
 class TokenChunk:
     """A piece of generated text. The last chunk of a generation has ``finish_reason``, ``usage`` and ``timings``,
     and ``stop_word``: the stop string that ended it (None when it ended another way, or the backend cannot say)."""
@@ -266,6 +282,7 @@ class TokenChunk:
     # says them: llama.cpp)
     tokens: tuple[int, ...] = ()
     stop_word: str | None = None
+    progress: PromptProgress | None = None  # a chunk of no text that says how far the prompt is, when asked
 
 
 @dataclass(frozen=True)

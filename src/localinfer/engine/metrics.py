@@ -117,6 +117,9 @@ class EngineMetrics:
         try:
             async with aclosing(chunks):
                 async for chunk in chunks:
+                    if chunk.progress is not None:  # the prompt's progress: no token yet
+                        yield chunk
+                        continue
                     now = time.perf_counter()
                     if last is None:
                         self._ttft.labels(model).observe(now - started)

@@ -198,6 +198,8 @@ class LlamaCppBackend(Backend):
             n_logprobs=options.logprobs,
             logprobs_of_end=options.logprobs_of_end,
             logprobs_after_sampling=options.logprobs_after_sampling,
+            timings_per_token=options.timings_per_token,
+            return_progress=options.return_progress,
             priority=PRIORITY_RANK[request.priority],
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
             text=constraint.text_stream(options.stop) if constraint else text_stream_for(options),

@@ -14,7 +14,7 @@ from localinfer.backends.llamacpp.checkpoints import Checkpoint
 from localinfer.backends.llamacpp.sampling import TokenBias
 from localinfer.backends.llamacpp.speculative import Speculation
 from localinfer.backends.text_stream import TextStream
-from localinfer.types import FinishReason, Timings, TokenChunk, TokenLogprob, Usage
+from localinfer.types import FinishReason, PromptProgress, Timings, TokenChunk, TokenLogprob, Usage
 
 Delivery = Callable[[TokenChunk | BaseException], None]
 Item = TokenChunk | BaseException
@@ -86,6 +86,8 @@ class Job:
     has_new_line: bool = False  # a line break was sent (llama-server's /slots has_new_line)
     speculation: Speculation | None = None  # drafts its generating steps (None: one token per step)
     shared_tokens: int = 0  # of cached_tokens, those copied from another slot's cache
+    timings_per_token: bool = False  # every chunk carries the timings so far (llama-server's timings_per_token)
+    return_progress: bool = False  # chunks say how far the prompt is (llama-server's return_progress)
 
     def reached_max_tokens(self) -> bool:
         return self.max_tokens is not None and self.generated >= self.max_tokens
@@ -104,16 +106,23 @@ class Job:
             self.has_new_line = self.has_new_line or "\n" in text
             logprobs, self.pending_logprobs = tuple(self.pending_logprobs), []
             tokens, self.pending_tokens = tuple(self.pending_tokens), []
-            self.deliver(TokenChunk(text, logprobs=logprobs, tokens=tokens))
+            timings = self.timings() if self.timings_per_token else None
+            self.deliver(TokenChunk(text, logprobs=logprobs, tokens=tokens, timings=timings))
 
-    def finish(self, reason: FinishReason) -> None:
-        """Send the held-back text and the closing chunk with usage and timings. The timings mean what
-        llama-server's do: ``predicted_n`` every token sampled (an end-of-generation one included),
-        ``predicted_ms`` from the first of them to the last (at least a microsecond once one was)."""
-        now = time.perf_counter()
-        first = self.t_first_token or now
+    def report_progress(self, processed: int) -> None:
+        """Say that ``processed`` of the prompt's tokens are in the cache (a request that asked: return_progress)."""
+        if self.return_progress:
+            elapsed = int((time.perf_counter() - self.t_prefill_start) * 1000)
+            progress = PromptProgress(len(self.prompt), self.cached_tokens, processed, elapsed)
+            self.deliver(TokenChunk("", progress=progress))
+
+    def timings(self) -> Timings:
+        """The timings so far. They mean what llama-server's do: ``predicted_n`` every token sampled (an
+        end-of-generation one included), ``predicted_ms`` from the first of them to the last (at least a
+        microsecond once one was)."""
+        first = self.t_first_token or time.perf_counter()
         generating = max(self.t_last_token - first, 1e-6) if self.sampled else 0.0
-        timings = Timings(
+        return Timings(
             prompt_ms=(first - self.t_prefill_start) * 1000.0,
             predicted_ms=generating * 1000.0,
             prompt_n=len(self.prompt) - self.cached_tokens,
@@ -121,7 +130,12 @@ class Job:
             draft_n=self.speculation.proposed if self.speculation is not None else 0,
             draft_n_accepted=self.speculation.accepted if self.speculation is not None else 0,
             cache_shared_n=self.shared_tokens,
+            cache_n=self.cached_tokens,
         )
+
+    def finish(self, reason: FinishReason) -> None:
+        """Send the held-back text and the closing chunk with usage and timings (``timings``)."""
+        timings = self.timings()
         usage = Usage(len(self.prompt), self.generated, self.cached_tokens)
         tail = self.text.flush()
         logprobs, self.pending_logprobs = tuple(self.pending_logprobs), []

@@ -209,6 +209,7 @@ class StepLoop:
         self.stats.cached_tokens += reuse
         job.shared_tokens = shared
         job.t_prefill_start = time.perf_counter()
+        job.report_progress(reuse)  # the request has started: nothing computed yet
         if self._drafting is not None:  # made here, not at submit: a draft model drafts in the slot's sequence
             d = self._drafting
             job.speculation = Speculation(
@@ -308,6 +309,8 @@ class StepLoop:
         prompt_seconds = time.perf_counter() - started
         for slot, tokens in fed:
             slot.cached.extend(tokens)
+            if slot.job is not None and slot not in generating:  # a chunk of its prompt was computed
+                slot.job.report_progress(len(slot.cached))
             if self._n_swa and slot.job is not None and slot.next_token is None and not slot.to_prefill:
                 slot.checkpoint = checkpoints.take(self._ctx, self._memory, slot.seq_id, len(slot.cached))
         self.stats.decoded(

@@ -49,7 +49,6 @@ class InfillBody(CompletionBody):
     n_indent: int = Field(0, ge=0)
     t_max_predict_ms: float = Field(0.0, ge=0.0)
     t_max_prompt_ms: float = 0.0  # llama-server takes it and does not enforce it ("TODO: not yet supported")
-    response_fields: list[str] | None = None
 
     def to_core(self, model: str) -> InfillRequest:
         """The engine's request. Raises InvalidRequest naming a field we cannot honour."""
@@ -77,21 +76,6 @@ class InfillBody(CompletionBody):
         return {**settings, "n_indent": self.n_indent, "t_max_predict_ms": self.t_max_predict_ms}
 
 
-def only_fields(paths: list[str], body: dict[str, Any]) -> dict[str, Any]:
-    """The values at ``paths`` (keys joined by ``/``) of ``body``, keyed by the paths themselves; a path that
-    leads nowhere is left out (llama-server's ``json_get_nested_values``)."""
-    picked: dict[str, Any] = {}
-    for path in paths:
-        value: Any = body
-        for key in path.split("/"):
-            if not isinstance(value, dict) or key not in value:
-                break
-            value = value[key]
-        else:
-            picked[path] = value
-    return picked
-
-
 @router.post("/infill", response_model=None)
 async def infill(body: InfillBody, request: Request) -> JSONResponse | StreamingResponse:
     engine: Engine = request.app.state.engine
@@ -102,10 +86,9 @@ async def infill(body: InfillBody, request: Request) -> JSONResponse | Streaming
     facts = await engine.facts(model)
     stream = await unless_disconnected(request, primed(engine.infill(core)))
     settings = body.infill_settings(core.options, facts.n_ctx, facts.eog_ids)
-    served = Served(model=model, prompt=body.prompt, settings=settings)
+    served = Served(model=model, prompt=body.prompt, settings=settings, fields=tuple(body.response_fields or ()))
     if body.stream:
         return StreamingResponse(sse_stream(stream, served), media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))
     ids = result.tokens if body.return_tokens else ()
-    answer = final_body(served, result.text, result.last, stream=False, tokens=ids, probs=result.logprobs)
-    return JSONResponse(only_fields(body.response_fields, answer) if body.response_fields else answer)
+    return JSONResponse(final_body(served, result.text, result.last, stream=False, tokens=ids, probs=result.logprobs))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import AsyncIterator, Sequence
@@ -22,6 +23,7 @@ class Served:
     model: str
     prompt: str
     settings: dict[str, Any]
+    fields: tuple[str, ...] = ()  # ``response_fields``: the last answer holds only these (none: all)
 
 
 def stop_type(last: TokenChunk) -> str:
@@ -39,7 +41,7 @@ def timings_body(t: Timings | None, usage: Usage | None) -> dict[str, Any]:
     per-token time and rate count the steps after the first token (as ``Timings.predicted_per_second`` does)."""
     t = t or Timings(0.0, 0.0, 0, 0)
     return {
-        "cache_n": usage.cached_tokens if usage is not None else 0,
+        "cache_n": usage.cached_tokens if usage is not None else t.cache_n,
         "prompt_n": t.prompt_n,
         "prompt_ms": round(t.prompt_ms, 3),
         "prompt_per_token_ms": round(t.prompt_ms / t.prompt_n, 3) if t.prompt_n else 0.0,
@@ -115,11 +117,28 @@ def final_body(
     }
     if probs and not stream:
         body["completion_probabilities"] = probabilities_body(probs, _post_sampling(served))
-    return body
+    return body if stream else only_fields(served.fields, body)
 
 
 def _post_sampling(served: Served) -> bool:
     return bool(served.settings.get("post_sampling_probs"))
+
+
+def only_fields(paths: Sequence[str], body: dict[str, Any]) -> dict[str, Any]:
+    """The values at ``paths`` (keys joined by ``/``) of ``body``, keyed by the paths themselves; a path that
+    leads nowhere is left out (llama-server's ``json_get_nested_values``). No paths: ``body`` whole."""
+    if not paths:
+        return body
+    picked: dict[str, Any] = {}
+    for path in paths:
+        value: Any = body
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            picked[path] = value
+    return picked
 
 
 def sse(data: dict[str, Any]) -> str:
@@ -137,14 +156,20 @@ async def sse_stream(stream: TokenStream, served: Served) -> AsyncIterator[str]:
     try:
         async with aclosing(stream):
             async for chunk in stream:
+                if chunk.progress is not None:
+                    progress = dataclasses.asdict(chunk.progress)
+                    yield sse({"index": 0, "content": "", "tokens": [], "stop": False, "prompt_progress": progress})
+                    continue
                 if chunk.text or chunk.tokens:
                     has_new_line = has_new_line or "\n" in chunk.text
                     piece = {"index": 0, "content": chunk.text, "tokens": list(chunk.tokens), "stop": False}
+                    if chunk.timings is not None and chunk.finish_reason is None:  # timings_per_token
+                        piece["timings"] = timings_body(chunk.timings, None)
                     if chunk.logprobs:
                         piece["completion_probabilities"] = probabilities_body(chunk.logprobs, _post_sampling(served))
                     yield sse(piece)
                 if chunk.finish_reason is not None:
                     last = final_body(served, "", chunk, stream=True)
-                    yield sse({**last, "has_new_line": has_new_line})
+                    yield sse(only_fields(served.fields, {**last, "has_new_line": has_new_line}))
     except LocalInferError as exc:
         yield sse(llamacpp_error(exc)[1])

@@ -53,7 +53,8 @@ async def completion(body: CompletionBody, request: Request) -> JSONResponse | S
     if not isinstance(prompt, str):
         tokens = tuple(await _tokens(engine, model, prompt, add_special=True, parse_special=True))
         text = await _text(engine, model, tokens)  # refuses an id outside the vocabulary
-    served = Served(model, text, body.settings(options, facts.n_ctx, facts.eog_ids))
+    fields = tuple(body.response_fields or ())
+    served = Served(model, text, body.settings(options, facts.n_ctx, facts.eog_ids), fields)
     core = CompletionRequest(
         model=model, prompt=text, options=options, tokens=tokens, priority=body.priority or "normal"
     )

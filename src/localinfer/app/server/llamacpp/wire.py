@@ -73,7 +73,6 @@ _UNSUPPORTED: Final[tuple[tuple[str, Any], ...]] = (
     ("n_cmpl", 1),
     ("n", 1),
     ("t_max_predict_ms", 0),
-    ("response_fields", None),  # /infill answers it (llama.vim); /completion's clients do not send it
 )
 
 
@@ -116,6 +115,9 @@ class CompletionBody(_Wire):
     grammar: str = ""  # a GBNF grammar the text follows ("": none)
     n_probs: int = 0  # each token's probabilities and those of the n most likely (0 or less: none)
     post_sampling_probs: bool = False  # those after the sampler chain, as probabilities, not log-probabilities
+    response_fields: list[str] | None = None  # the last answer holds only these (``"timings/prompt_n"``), flat
+    timings_per_token: bool = False  # every streamed piece carries the timings so far
+    return_progress: bool = False  # a stream sends the prompt's progress while it is computed
 
     @property
     def n_tokens(self) -> int | None:
@@ -165,6 +167,8 @@ class CompletionBody(_Wire):
             logprobs=self.n_probs_asked if self.n_probs_asked > 0 else None,
             logprobs_of_end=True,
             logprobs_after_sampling=self.post_sampling_probs,
+            timings_per_token=self.timings_per_token,
+            return_progress=self.return_progress and self.stream,  # llama-server sends progress only in a stream
         )
 
     def settings(self, options: GenerationOptions, n_ctx: int, eog_ids: tuple[int, ...] = ()) -> dict[str, Any]:
@@ -195,6 +199,7 @@ class CompletionBody(_Wire):
             "cache_prompt": options.cache_prompt,
             "n_probs": self.n_probs_asked,
             "post_sampling_probs": self.post_sampling_probs,
+            "timings_per_token": options.timings_per_token,
             "samplers": [name for name in ("penalties", "top_k", "top_p", "min_p", "temperature") if _runs(name, s)],
         }
 
