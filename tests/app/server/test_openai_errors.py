@@ -57,12 +57,6 @@ def test_missing_messages_is_400(smollm2_server: Server, model_name: str) -> Non
     assert assert_openai_error(response, 400, "invalid_request_error")["param"] == "messages"
 
 
-def test_n_above_one_is_400(client: openai.OpenAI, model_name: str) -> None:
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": "hi"}], n=2)
-    assert caught.value.param == "n"
-
-
 @pytest.mark.parametrize(
     ("field", "value"),
     [

@@ -10,6 +10,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from localinfer.app.server.core.choices import choices_usage, merged
 from localinfer.app.server.core.timings import speculation_body
 from localinfer.app.server.errors import finish_reason_for, openai_error
 from localinfer.errors import LocalInferError
@@ -79,12 +80,15 @@ class ChoiceShape(Protocol):
 
 
 async def sse_stream(
-    streams: list[TokenStream], header: StreamHeader, shape: ChoiceShape, include_usage: bool
+    streams: list[TokenStream], header: StreamHeader, shape: ChoiceShape, include_usage: bool, n: int = 1
 ) -> AsyncIterator[str]:
-    """Server-sent events for one or more generations (one per choice index), ending with ``[DONE]``.
+    """Server-sent events for one or more generations (one per choice index, ``n`` per prompt), run side by side:
+    each choice's opening first, then the chunks of all choices interleaved as they come, each naming its choice's
+    ``index``, each choice ending with its finishing chunk; then ``[DONE]``.
 
     The last chunk carries the ``timings``, as llama-server's does: each choice's finishing chunk its own, or, when
-    usage is asked for, the closing usage chunk those of all choices.
+    usage is asked for, the closing usage chunk those of all choices, and the usage of all of them (each prompt
+    counted once, core/choices.py).
 
     An error after the stream began (the server shutting down, a failed generation) ends it properly all the same:
     every choice not finished yet gets a finishing chunk whose ``finish_reason`` is ``abort`` (shutting down) or
@@ -92,29 +96,29 @@ async def sse_stream(
     Closing this iterator closes the generations, which frees their slots at once.
     """
     extra: dict[str, Any] = {"usage": None} if include_usage else {}
-    total = Usage(0, 0, 0)
+    usages: list[Usage | None] = [None] * len(streams)
     timings: Timings | None = None
     finished: set[int] = set()
     try:
-        for index, stream in enumerate(streams):
+        for index in range(len(streams)):
             opening = shape.opening(index)
             if opening is not None:
                 yield sse(header.chunk([opening], **extra))
-            async with aclosing(stream):
-                async for chunk in stream:
-                    if chunk.text or chunk.logprobs:
-                        yield sse(header.chunk([shape.content(index, chunk.text, chunk.logprobs)], **extra))
-                    for delta in shape.tool_calls(index, chunk.tool_calls):
-                        yield sse(header.chunk([delta], **extra))
-                    if chunk.finish_reason is not None:
-                        own = chunk.timings is not None and not include_usage
-                        shown = {"timings": timings_body(chunk.timings)} if own else {}
-                        yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra, **shown))
-                        finished.add(index)
-                    if chunk.timings is not None:
-                        timings = chunk.timings if timings is None else timings + chunk.timings
-                    if chunk.usage is not None:
-                        total = total + chunk.usage
+        async with aclosing(merged(streams)) as chunks:
+            async for index, chunk in chunks:
+                if chunk.text or chunk.logprobs:
+                    yield sse(header.chunk([shape.content(index, chunk.text, chunk.logprobs)], **extra))
+                for delta in shape.tool_calls(index, chunk.tool_calls):
+                    yield sse(header.chunk([delta], **extra))
+                if chunk.finish_reason is not None:
+                    own = chunk.timings is not None and not include_usage
+                    shown = {"timings": timings_body(chunk.timings)} if own else {}
+                    yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra, **shown))
+                    finished.add(index)
+                if chunk.timings is not None:
+                    timings = chunk.timings if timings is None else timings + chunk.timings
+                if chunk.usage is not None:
+                    usages[index] = chunk.usage
     except LocalInferError as exc:
         reason = finish_reason_for(exc)
         for index in range(len(streams)):
@@ -125,7 +129,7 @@ async def sse_stream(
         return
     if include_usage:
         shown = {"timings": timings_body(timings)} if timings is not None else {}
-        yield sse(header.chunk([], usage=usage_body(total), **shown))
+        yield sse(header.chunk([], usage=usage_body(choices_usage(usages, n)), **shown))
     yield sse("[DONE]")
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from localinfer.app.server.core.choices import choice_streams, choices_usage, collect_all
 from localinfer.app.server.core.model_name import requested_model
-from localinfer.app.server.core.streams import collect, primed
+from localinfer.app.server.core.streams import Collected, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.openai.responses import (
@@ -23,7 +25,7 @@ from localinfer.app.server.openai.tools_wire import tool_calls_body
 from localinfer.app.server.openai.wire import ChatCompletionBody, CompletionBody
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
-from localinfer.types import CompletionRequest, InfillRequest, Timings, TokenLogprob, TokenStream, ToolCall, Usage
+from localinfer.types import CompletionRequest, InfillRequest, Timings, TokenLogprob, TokenStream, ToolCall
 
 router = APIRouter(
     prefix="/v1", route_class=FastJSONRoute
@@ -99,25 +101,41 @@ class _ChatShape:
 
 @router.post("/chat/completions", response_model=None)
 async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONResponse | StreamingResponse:
+    """One choice, or ``n`` from the same prompt (core/choices.py: computed once, decoded side by side)."""
     body.model = requested_model(request, body.model)  # none named: the server's default model
     core = body.to_core()
-    stream = await unless_disconnected(request, primed(_engine(request).chat(core)))
+    engine = _engine(request)
+    streams = choice_streams([core], body.n, engine.chat)
+    streams[0] = await unless_disconnected(request, primed(streams[0]))
     header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
     if body.stream:
-        events = sse_stream([stream], header, _ChatShape(body.logprobs), body.include_usage)
+        events = sse_stream(streams, header, _ChatShape(body.logprobs), body.include_usage, body.n)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
-    result = await unless_disconnected(request, collect(stream))
-    message: dict[str, Any] = {"role": "assistant", "content": result.text}
-    if result.last.tool_calls:
-        message = {**message, "content": result.text or None, "tool_calls": tool_calls_body(result.last.tool_calls)}
-    logprobs = chat_logprobs(result.logprobs) if body.logprobs else None
-    choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": result.last.finish_reason}
+    results = await unless_disconnected(request, collect_all(streams))
+    choices = [_chat_choice(index, result, body.logprobs) for index, result in enumerate(results)]
+    usage = choices_usage([r.last.usage for r in results], body.n)
+    timings = _summed_timings(results)
     return JSONResponse(
         {
-            **header.chunk([choice], usage=usage_body(result.last.usage), timings=timings_body(result.last.timings)),
+            **header.chunk(choices, usage=usage_body(usage), timings=timings_body(timings)),
             "object": "chat.completion",
         }
     )
+
+
+def _chat_choice(index: int, result: Collected, with_logprobs: bool) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": result.text}
+    if result.last.tool_calls:
+        message = {**message, "content": result.text or None, "tool_calls": tool_calls_body(result.last.tool_calls)}
+    logprobs = chat_logprobs(result.logprobs) if with_logprobs else None
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": result.last.finish_reason}
+
+
+def _summed_timings(results: list[Collected]) -> Timings | None:
+    """All choices' timings together: a prompt computed once counts once (its other choices' ``prompt_n`` is what
+    they computed beyond the cache they borrowed)."""
+    timings = [r.last.timings for r in results if r.last.timings is not None]
+    return sum(timings[1:], timings[0]) if timings else None
 
 
 class _CompletionShape:
@@ -150,28 +168,27 @@ def _generate(engine: Engine, core: CompletionRequest | InfillRequest) -> TokenS
 
 @router.post("/completions", response_model=None)
 async def completions(body: CompletionBody, request: Request) -> JSONResponse | StreamingResponse:
+    """One choice per prompt, or ``n`` per prompt (core/choices.py), all run side by side."""
     engine = _engine(request)
     body.model = requested_model(request, body.model)
     cores = body.to_core()
-    prompts = body.prompts
+    prompts = [p for p in body.prompts for _ in range(body.n)]  # the prompt of each choice
+    streams = choice_streams(cores, body.n, functools.partial(_generate, engine))
+    streams[0] = await unless_disconnected(request, primed(streams[0]))
     header = StreamHeader.new("text_completion", body.model, "cmpl")
     if body.stream:
-        first = await unless_disconnected(request, primed(_generate(engine, cores[0])))
-        streams = [first] + [_generate(engine, c) for c in cores[1:]]
         shape = _CompletionShape(prompts, body.echo, body.logprobs is not None)
-        events = sse_stream(streams, header, shape, body.include_usage)
+        events = sse_stream(streams, header, shape, body.include_usage, body.n)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    results = await unless_disconnected(request, collect_all(streams))
     choices: list[dict[str, Any]] = []
-    usage = Usage(0, 0, 0)
-    timings = Timings(0.0, 0.0, 0, 0)
-    for index, core in enumerate(cores):
-        result = await unless_disconnected(request, collect(_generate(engine, core)))
+    for index, result in enumerate(results):
         start = len(prompts[index]) if body.echo else 0
         text = (prompts[index] if body.echo else "") + result.text
         logprobs = completion_logprobs(result.logprobs, start) if body.logprobs is not None else None
         choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": result.last.finish_reason})
-        usage = usage + (result.last.usage or Usage(0, 0, 0))
-        timings = timings + (result.last.timings or Timings(0.0, 0.0, 0, 0))
+    usage = choices_usage([r.last.usage for r in results], body.n)
+    timings = _summed_timings(results) or Timings(0.0, 0.0, 0, 0)
     return JSONResponse(header.chunk(choices, usage=usage_body(usage), timings=timings_body(timings)))
 
 

@@ -28,6 +28,7 @@ from localinfer.types import (
 )
 
 MAX_TOP_LOGPROBS = 20  # as OpenAI's top_logprobs and llama-server's n_probs
+MAX_CHOICES = 128  # as OpenAI's bound on n
 
 
 class _Wire(ClientBody):
@@ -114,8 +115,8 @@ class _SamplingWire(_Wire):
 
     def _check_supported(self) -> None:
         """Fields that would change the answer and cannot be honoured are refused, never dropped."""
-        if self.n != 1:
-            raise InvalidRequest(f"n={self.n} is not supported: only one choice per request (n=1)", param="n")
+        if self.n > MAX_CHOICES:
+            raise InvalidRequest(f"n={self.n} is more choices than one request may ask for ({MAX_CHOICES})", param="n")
 
     def _constraint(self, response_format: ResponseFormat) -> ResponseFormat:
         """``response_format``, or the ``grammar`` given instead. Raises InvalidRequest naming ``grammar`` when
