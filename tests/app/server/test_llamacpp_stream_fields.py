@@ -1,7 +1,8 @@
 """What a llama-server client can ask of a ``/completion`` stream: ``timings_per_token`` (every piece carries the
 timings so far), ``return_progress`` (events with the prompt's ``prompt_progress`` while it is computed) and
-``response_fields`` (the last event holds only the fields named, as the answer not streamed does). The same requests
-go to llama-server on the same file and to ``localinfer serve``, and the events are compared."""
+``response_fields`` (the last event holds only the fields named, as the answer not streamed does); and of a
+``/v1/chat/completions`` stream, the first two, as llama.cpp's web UI asks them. The same requests go to llama-server
+on the same file and to ``localinfer serve``, and the events are compared."""
 
 from __future__ import annotations
 
@@ -26,19 +27,30 @@ ASKS: dict[str, dict[str, Any]] = {
     "progress": {**BASE, "return_progress": True, "n_predict": 2},
     "fields": {**BASE, "response_fields": ["content", "timings/predicted_n", "stop_type"]},
 }
+CHAT: dict[str, Any] = {
+    "messages": [{"role": "user", "content": PROMPT + "Name one."}],
+    "max_tokens": 4,
+    "temperature": 0,
+    "stream": True,
+    "cache_prompt": False,
+    "timings_per_token": True,
+    "return_progress": True,
+}
 FLAGS = ("-c", "2048", "-np", "1", "-b", "64", "-ub", "64")  # prompts computed 64 tokens a step
 
 
-def events(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    reply = httpx.post(f"{url}/completion", json=body, timeout=120)
+def events(url: str, body: dict[str, Any], path: str = "/completion") -> list[dict[str, Any]]:
+    reply = httpx.post(f"{url}{path}", json=body, timeout=120)
     assert reply.status_code == 200, reply.text
-    return [json.loads(block[len("data: ") :]) for block in reply.text.split("\n\n") if block.startswith("data: ")]
+    blocks = [block[len("data: ") :] for block in reply.text.split("\n\n") if block.startswith("data: ")]
+    return [json.loads(block) for block in blocks if block != "[DONE]"]
 
 
 @pytest.fixture(scope="module")
 def llama_server_events(smollm2: Manifest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     with llama_server(smollm2.path, tmp_path_factory.mktemp("llama-server"), *FLAGS) as url:
-        return {name: events(url, body) for name, body in ASKS.items()}
+        answers = {name: events(url, body) for name, body in ASKS.items()}
+        return {**answers, "chat": events(url, CHAT, "/v1/chat/completions")}
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +105,21 @@ def test_response_fields_keep_only_the_named_fields_of_the_last_event(
     assert ours["timings/predicted_n"] == theirs["timings/predicted_n"] == 6
     answer = httpx.post(f"{server.url}/completion", json={**ASKS["fields"], "stream": False}, timeout=120).json()
     assert set(answer) == set(theirs)
+
+
+def test_a_chat_stream_carries_progress_and_timings_as_llama_servers_does(
+    server: Server, llama_server_events: dict[str, Any]
+) -> None:
+    theirs = llama_server_events["chat"]
+    ours = events(server.url, CHAT, "/v1/chat/completions")
+    for stream in (theirs, ours):
+        progress = [e for e in stream if "prompt_progress" in e]
+        assert progress and progress[-1]["prompt_progress"]["processed"] == progress[-1]["prompt_progress"]["total"]
+        assert all(e["choices"][0]["delta"] == {"role": "assistant", "content": None} for e in progress)
+        texts = [e for e in stream if e["choices"] and e["choices"][0]["delta"].get("content")]
+        assert texts and all("timings" in e for e in texts)
+    assert [e["prompt_progress"]["total"] for e in ours if "prompt_progress" in e][-1] == next(
+        e["prompt_progress"]["total"] for e in theirs if "prompt_progress" in e
+    )
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in ours if e["choices"])
+    assert text == "".join(e["choices"][0]["delta"].get("content") or "" for e in theirs if e["choices"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -106,8 +107,14 @@ async def sse_stream(
                 yield sse(header.chunk([opening], **extra))
         async with aclosing(merged(streams)) as chunks:
             async for index, chunk in chunks:
+                if chunk.progress is not None:  # return_progress: the choice's opening again, with the progress
+                    choice = shape.opening(index) or shape.content(index, "")
+                    yield sse(header.chunk([choice], **extra, prompt_progress=dataclasses.asdict(chunk.progress)))
+                    continue
                 if chunk.text or chunk.logprobs:
-                    yield sse(header.chunk([shape.content(index, chunk.text, chunk.logprobs)], **extra))
+                    so_far = chunk.timings if chunk.finish_reason is None else None  # timings_per_token
+                    shown = {"timings": timings_body(so_far)} if so_far is not None else {}
+                    yield sse(header.chunk([shape.content(index, chunk.text, chunk.logprobs)], **extra, **shown))
                 for delta in shape.tool_calls(index, chunk.tool_calls):
                     yield sse(header.chunk([delta], **extra))
                 if chunk.finish_reason is not None:
@@ -115,8 +122,8 @@ async def sse_stream(
                     shown = {"timings": timings_body(chunk.timings)} if own else {}
                     yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra, **shown))
                     finished.add(index)
-                if chunk.timings is not None:
-                    timings = chunk.timings if timings is None else timings + chunk.timings
+                    if chunk.timings is not None:
+                        timings = chunk.timings if timings is None else timings + chunk.timings
                 if chunk.usage is not None:
                     usages[index] = chunk.usage
     except LocalInferError as exc:

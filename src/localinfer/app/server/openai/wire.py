@@ -110,6 +110,8 @@ class _SamplingWire(_Wire):
     max_tokens: int | None = Field(default_factory=lambda: default_max_tokens(None), ge=1)
     ignore_eos: bool = False
     cache_prompt: bool = True
+    timings_per_token: bool = False  # llama-server's: every streamed chunk carries the timings so far
+    return_progress: bool = False  # llama-server's: a stream sends the prompt's progress while it is computed
     logit_bias: dict[str, Any] | list[Any] | None = None  # core/logit_bias.py: OpenAI's map or llama-server's list
     grammar: str | None = None  # llama-server's extension: a GBNF grammar the text follows
 
@@ -156,6 +158,8 @@ class _SamplingWire(_Wire):
             cache_prompt=self.cache_prompt,
             refuse_max_tokens_past_context=True,  # as OpenAI and vLLM do
             logprobs=self._n_logprobs(),
+            timings_per_token=self.timings_per_token and self.stream,
+            return_progress=self.return_progress and self.stream,
         )
 
     @property
