@@ -6,6 +6,7 @@ GGUF.
 llama-server is the one bench/build-llama-cpp builds from the llama.cpp source llama-cpp-python vendors, started
 with the context, the one slot and flash attention localinfer's parity server has (as test_infill_parity.py does),
 so both write the same greedy text; it answers every request first, alone, and is gone before localinfer starts.
+localinfer runs without speculation, as llama-server does by default (its drafts add draft_n to the timings).
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def theirs(smollm2: Manifest, tmp_path_factory: pytest.TempPathFactory) -> dict[
 def server(
     theirs: dict[str, Any], smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    """localinfer on the same file, with the same context and one slot (started once llama-server is gone)."""
-    extra = ("--ctx-size", str(CTX), "--parallel", "1")
+    """localinfer on the same file, with the same context and one slot, and, as llama-server, no speculation
+    (started once llama-server is gone)."""
+    extra = ("--ctx-size", str(CTX), "--parallel", "1", "--spec", "off")
     with serving(smollm2.name, test_home, tmp_path_factory.mktemp("serve-figures"), *extra) as running:
         yield running
 
@@ -101,8 +103,7 @@ def test_predicted_n_is_every_token_generated(server: Server, theirs: dict[str, 
     body, their_body = ours(server, f"limit-{n}"), theirs[f"limit-{n}"]
     assert body["timings"]["predicted_n"] == body["tokens_predicted"] == n
     assert their_body["timings"]["predicted_n"] == their_body["tokens_predicted"] == n
-    # (draft_n and draft_n_accepted come where a draft was verified, as in llama-server: localinfer drafts by default)
-    assert set(body["timings"]) - {"draft_n", "draft_n_accepted"} == set(their_body["timings"])
+    assert set(body["timings"]) == set(their_body["timings"])
     # the prompt and every token but the last, which is sampled and never fed back
     assert body["tokens_cached"] == their_body["tokens_cached"] == body["tokens_evaluated"] + n - 1
 
@@ -119,7 +120,7 @@ def test_the_end_token_counts_as_llama_server_counts_it(server: Server, theirs: 
 def test_the_decode_rate_counts_the_steps_after_the_first_token(server: Server) -> None:
     timings = ours(server, "limit-8")["timings"]
     assert timings["predicted_ms"] > 0
-    assert timings["predicted_per_second"] == pytest.approx(7 * 1000 / timings["predicted_ms"], rel=0.01)
+    assert timings["predicted_per_second"] == pytest.approx(7 * 1000 / timings["predicted_ms"], rel=0.01, abs=0.01)
     assert timings["predicted_per_token_ms"] == pytest.approx(timings["predicted_ms"] / 7, rel=0.01, abs=0.002)
 
 
@@ -133,7 +134,7 @@ def test_chat_timings_count_every_token(server: Server) -> None:
     body = {**CHAT, "max_tokens": 6}
     timings = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120).json()["timings"]
     assert timings["predicted_n"] == 6
-    assert timings["predicted_per_second"] == pytest.approx(5 * 1000 / timings["predicted_ms"], rel=0.01)
+    assert timings["predicted_per_second"] == pytest.approx(5 * 1000 / timings["predicted_ms"], rel=0.01, abs=0.01)
 
 
 # --- /slots ----------------------------------------------------------------------------------------------------
@@ -148,14 +149,19 @@ def test_slots_next_token_is_a_list_as_in_llama_server(server: Server, theirs: d
 
 
 def test_slots_next_token_follows_a_running_stream(server: Server) -> None:
-    body = {"prompt": "Count: one, two, three,", "n_predict": 300, "ignore_eos": True, "stream": True}
+    limit = CTX - 100  # far more than it writes before the stream is closed, which ends the request
+    body = {"prompt": "Count: one, two, three,", "n_predict": limit, "ignore_eos": True, "stream": True, **GREEDY}
     with httpx.stream("POST", f"{server.url}/completion", json=body, timeout=300) as reply:
-        next(line for line in reply.iter_lines() if line.startswith("data: "))
+        lines = reply.iter_lines()
+        next(line for line in lines if line.startswith("data: "))
         (slot,) = httpx.get(f"{server.url}/slots", timeout=60).json()
-        (entry,) = slot["next_token"]
-        assert slot["is_processing"] and entry["has_next_token"] is True
-        assert 1 <= entry["n_decoded"] <= 300 and 0 <= entry["n_remain"] < 300
-        assert isinstance(entry["has_new_line"], bool)
+        if not slot["is_processing"]:  # show how the stream ended
+            slot["stream's end"] = [line for line in lines if line.startswith("data: ")][-1:]
+    (entry,) = slot["next_token"]
+    assert slot["is_processing"] and entry["has_next_token"] is True, slot
+    assert entry["n_decoded"] >= 1 and 0 <= entry["n_remain"] < limit
+    assert entry["n_decoded"] + entry["n_remain"] <= limit  # (n_remain is read a moment later)
+    assert isinstance(entry["has_new_line"], bool)
 
 
 # --- streamed chat ---------------------------------------------------------------------------------------------
