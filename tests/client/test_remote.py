@@ -24,9 +24,10 @@ CTX = 2048
 
 @pytest.fixture(scope="module")
 def managed(smollm2: Manifest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedServer]:
-    with managed_server(
-        smollm2, tmp_path_factory.mktemp("remote-client"), "--ctx-size", str(CTX), "--threads", "1"
-    ) as server:
+    # strict names: the client's errors for a model nobody serves are under test (a server of one model would answer
+    # any name with it, as llama-server does)
+    flags = ("--ctx-size", str(CTX), "--threads", "1", "--strict-model-names")
+    with managed_server(smollm2, tmp_path_factory.mktemp("remote-client"), *flags) as server:
         yield server
 
 

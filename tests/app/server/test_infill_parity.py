@@ -85,7 +85,8 @@ def test_infill_writes_what_llama_server_writes(
     ours = reply.json()
     assert ours["tokens_evaluated"] == theirs["tokens_evaluated"]  # the same prompt, token for token
     assert theirs["content"] and ours["content"] == theirs["content"]
-    assert ours["stop_type"] == theirs["stop_type"]  # (llama-server's tokens_predicted also counts an end token)
+    assert ours["stop_type"] == theirs["stop_type"]
+    assert ours["tokens_predicted"] == theirs["tokens_predicted"]  # an end token counted by both
 
 
 @pytest.mark.parametrize("index", [i for i, r in enumerate(REQUESTS) if "input_extra" not in r and "prompt" not in r])
