@@ -59,14 +59,14 @@ def test_seed_temp_and_n_predict_serve_what_a_request_leaves_unset(server: Serve
     assert unset["content"] == greedy["content"]  # --temp 0: greedy
     asked = httpx.post(f"{server.url}/completion", json={"prompt": "Once upon a time", "n_predict": 2}, timeout=120)
     assert asked.json()["tokens_predicted"] == 2  # what the request sets wins
-    chat = httpx.post(f"{server.url}/v1/chat/completions", json=CHAT, timeout=120).json()
-    assert chat["usage"]["completion_tokens"] <= 6
+    chat = httpx.post(f"{server.url}/v1/chat/completions", json={**CHAT, "ignore_eos": True}, timeout=120).json()
+    assert chat["usage"]["completion_tokens"] == 6 and chat["choices"][0]["finish_reason"] == "length"
     ollama = httpx.post(
         f"{server.url}/api/generate",
-        json={"model": "first-name", "prompt": "Once upon a time", "stream": False},
+        json={"model": "first-name", "prompt": "Once upon a time", "stream": False},  # a story: no end in 6
         timeout=120,
     ).json()
-    assert ollama["eval_count"] <= 6
+    assert ollama["eval_count"] == 6 and ollama["done_reason"] == "length"
 
 
 def test_ctx_size_with_parallel_is_the_whole_cache_split_into_slots(server: Server) -> None:

@@ -179,3 +179,12 @@ def test_a_logprobs_that_is_not_a_number_is_a_400_naming_it(smollm2_server: Serv
     reply = httpx.post(f"{smollm2_server.url}/completion", json={**GREEDY, "logprobs": True}, timeout=300)
     assert reply.status_code == 400
     assert "logprobs" in reply.json()["error"]["message"]
+
+
+def test_more_n_probs_than_100_is_a_400_naming_it(smollm2_server: Server) -> None:
+    for field in ("n_probs", "logprobs"):
+        reply = httpx.post(
+            f"{smollm2_server.url}/completion", json={"prompt": "Hi", "n_predict": 1, field: 101}, timeout=120
+        )
+        assert reply.status_code == 400, reply.text
+        assert field in reply.json()["error"]["message"]

@@ -296,7 +296,7 @@ def test_bad_completion_bodies_are_400s_in_llamacpp_shape(smollm2_server: Server
         ("mirostat", 2),
         ("samplers", ["mirostat"]),
         ("typical_p", 0.5),
-        ("response_fields", ["content"]),
+        ("n_cmpl", 2),
     ],
 )
 def test_a_field_we_cannot_honour_is_a_400_naming_it(smollm2_server: Server, field: str, value: Any) -> None:

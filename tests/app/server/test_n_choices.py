@@ -196,6 +196,14 @@ def test_more_than_128_choices_is_a_400_naming_n(oai: openai.OpenAI, smollm2: Ma
     assert raised.value.param == "n"
 
 
+def test_more_prompts_times_n_than_128_choices_is_a_400_naming_the_prompt(
+    oai: openai.OpenAI, smollm2: Manifest
+) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        oai.completions.create(model=smollm2.name, prompt=["a", "b", "c"], n=43, max_tokens=1)  # 129 choices
+    assert raised.value.param == "prompt"
+
+
 def test_the_answer_has_llama_servers_shape(server: Server, smollm2: Manifest, theirs: dict[str, Any]) -> None:
     body = {"model": smollm2.name, "messages": QUESTION, "n": 3, "temperature": 0, "max_tokens": 12}
     ours = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120).json()

@@ -72,3 +72,10 @@ def test_strict_names_or_several_models_answer_an_unknown_name_with_404(
         assert reply.status_code == 404 and reply.json()["error"]["code"] == "model_not_found"
         served = httpx.post(f"{server.url}/v1/chat/completions", json={**body, "model": smollm2.name}, timeout=120)
         assert served.status_code == 200
+
+
+def test_unloading_a_name_nobody_serves_is_a_404_and_unloads_nothing(one_model: Server, smollm2: Manifest) -> None:
+    reply = httpx.post(f"{one_model.url}/models/unload", json={"model": "gpt-3.5-turbo"}, timeout=60)
+    assert reply.status_code == 404 and reply.json()["error"]["type"] == "not_found_error"
+    loaded = httpx.get(f"{one_model.url}/api/ps", timeout=60).json()["models"]
+    assert [m["name"] for m in loaded] == [f"{smollm2.name}:latest"]

@@ -57,5 +57,9 @@ def test_pooling_gives_llama_servers_rows(
             refused = httpx.post(f"{server.url}/v1/embeddings", json={"input": TEXT}, timeout=60)
             assert refused.status_code == llama_server_rows["oai-none"].status_code == 400
             assert refused.json()["error"]["param"] == "input"
+            as_content = httpx.post(f"{server.url}/v1/embeddings", json={"content": TEXT}, timeout=60)
+            assert as_content.status_code == 400  # as llama-server's OpenAI route, whatever shape is asked
+            too_many = httpx.post(f"{server.url}/embeddings", json={"content": [[1] * 500] * 33}, timeout=60)
+            assert too_many.status_code == 400 and "16384" in too_many.json()["error"]["message"]
             ollama = httpx.post(f"{server.url}/api/embed", json={"model": smollm2.name, "input": TEXT}, timeout=60)
             assert ollama.status_code == 400 and "pooling none" in ollama.json()["error"]

@@ -333,6 +333,7 @@ REFUSED = [
     ({"input": ASK, "include": ["message.output_text.logprobs"]}, "include"),
     ({"input": ASK, "text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
     ({}, "input"),
+    ({"input": ASK, "n": 2}, "n"),
 ]
 
 

@@ -74,6 +74,14 @@ def test_a_save_leaves_only_the_named_file_in_the_folder(server: Server, slot_di
     assert (slot_dir / "only.bin").is_file()
 
 
+def test_a_file_name_of_the_longest_length_a_name_may_have_is_saved(server: Server, slot_dir: Path) -> None:
+    complete(server.url)
+    name = "s" * 251 + ".bin"  # 255 bytes: the temporary file's name must not grow past what the folder takes
+    saved = act(server.url, 0, "save", name)
+    assert saved.status_code == 200, saved.text
+    assert (slot_dir / name).is_file()
+
+
 def test_an_erased_slot_computes_the_whole_prompt_again(server: Server) -> None:
     complete(server.url)
     assert complete(server.url)["timings"]["cache_n"] > 0

@@ -149,6 +149,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--alias",
+        "-a",
         "--served-model-name",
         metavar="NAME[,NAME...]",
         help="the name clients use for the model (default: its own), as llama-server's --alias and vLLM's "

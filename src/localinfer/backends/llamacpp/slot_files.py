@@ -114,7 +114,7 @@ class SlotFiles:
         started = time.perf_counter()
         packed = [TOKENS_MARKER, TOKENS_VERSION, len(slot.cached), *slot.cached, 0]  # 0: no media
         tokens = (lc.llama_token * len(packed))(*packed)
-        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+        temporary = path.with_name(f".slot-{uuid.uuid4().hex}.tmp")  # as short as can be, whatever the name's length
         try:
             written = lc.llama_state_seq_save_file(self._ctx, os.fsencode(temporary), slot.seq_id, tokens, len(packed))
             if written == 0:

@@ -1,8 +1,8 @@
 """What every embeddings route shares: the input shapes llama-server takes, and its native answer.
 
 ``/embeddings`` (and ``/embedding``) answer in llama-server's own shape, as does ``/v1/embeddings`` when the inputs
-come as ``content`` rather than ``input``: ``[{"index", "embedding": [[...]]}]``, one row per input (llama-server
-gives one row per token under ``--pooling none``, which we do not serve).
+come as ``content`` rather than ``input``: ``[{"index", "embedding": [[...]]}]``, one row per input, or under
+``--pooling none`` one row per token (at most MAX_TOKEN_ROWS in one answer).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from localinfer.engine.engine import Engine
 from localinfer.errors import InvalidRequest
 
 MAX_INPUTS = 2048  # OpenAI's own bound on one request's inputs
+MAX_TOKEN_ROWS = 16384  # under --pooling none: the most token vectors one answer holds
 
 _SHAPES = 'a string, an array of token ids, or a list of strings, arrays of token ids and {"content": text} objects'
 
@@ -68,10 +69,21 @@ async def native_embeddings(request: Request, model: str, inputs: list[Embedding
     """llama-server's answer for ``inputs``: each pooled vector (L2-normalised with ``normalize``) as a row, or
     under pooling none each token's vector, a row each."""
     engine: Engine = request.app.state.engine
+    if (await engine.facts(model)).pooling == "none" and _most_tokens(inputs) > MAX_TOKEN_ROWS:
+        raise InvalidRequest(
+            f"under --pooling none each token is a vector, and these inputs may be more than {MAX_TOKEN_ROWS} tokens",
+            param="content",
+            hint="send fewer or shorter inputs a request",
+        )
     result = await unless_disconnected(request, engine.embed(model, inputs, normalize=normalize))
     rows = result.token_vectors or tuple((vector,) for vector in result.vectors)
     answer = [{"index": index, "embedding": [list(row) for row in input_rows]} for index, input_rows in enumerate(rows)]
     return Response(pydantic_core.to_json(answer), media_type="application/json")
+
+
+def _most_tokens(inputs: list[EmbeddingInput]) -> int:
+    """The most tokens ``inputs`` can be: ids as they are, a text at most a token a byte (and BOS and EOS)."""
+    return sum(len(i.encode("utf-8")) + 2 if isinstance(i, str) else len(i) for i in inputs)
 
 
 async def check_pooled(engine: Engine, model: str) -> None:

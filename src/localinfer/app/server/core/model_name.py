@@ -26,12 +26,13 @@ from localinfer.errors import InvalidRequest
 _PARTS = re.compile(r"[\\/]")
 
 
-def requested_model(request: Request, given: str | None) -> str:
+def requested_model(request: Request, given: str | None, *, managing: bool = False) -> str:
     """The model ``given`` names (stripped), or the default one when it names none; on a one-model server, that
-    model for a name nobody serves. Raises InvalidRequest."""
+    model for a name nobody serves, unless the request is ``managing`` the model it names (loading or unloading
+    it: a name nobody serves must not unload the one that is). Raises InvalidRequest."""
     name = (given or "").strip()
     if name:
-        return _served_for(request, name)
+        return name if managing else _served_for(request, name)
     engine: Engine = request.app.state.engine
     default: str | None = getattr(request.app.state, "default_model", None)
     if default:

@@ -87,8 +87,9 @@ async def slots(request: Request, model: str | None = None, fail_on_no_slot: boo
 @router.get("/metrics")
 async def metrics(request: Request, model: str | None = None) -> Response:
     """Every model's counters, histograms and gauges, in Prometheus' text format, then llama-server's
-    ``llamacpp:*`` series over every model, or ``?model=``'s alone as llama-server's router mode answers (a name
-    nobody serves is a 404; the model is not loaded for it). ``Process-Start-Time-Unix`` says when the server began,
+    ``llamacpp:*`` series over every model, or ``?model=``'s alone as llama-server's router mode answers (the model
+    is not loaded for it; a name nobody serves is a 404, or on a server of one model that model's, as every route
+    of a server of one model answers). ``Process-Start-Time-Unix`` says when the server began,
     in Unix seconds as its name says (llama-server sends its monotonic clock's microseconds there), so a scraper can
     tell a restart from a counter that stalled."""
     engine = _engine(request)

@@ -33,12 +33,12 @@ def _engine(request: Request) -> Engine:
 
 @router.post("/load")
 async def load(request: Request, body: ModelBody) -> dict[str, bool]:
-    model = requested_model(request, body.model)
+    model = requested_model(request, body.model, managing=True)
     await unless_disconnected(request, _engine(request).runner(model))
     return {"success": True}
 
 
 @router.post("/unload")
 async def unload(request: Request, body: ModelBody) -> dict[str, bool]:
-    model = requested_model(request, body.model)
+    model = requested_model(request, body.model, managing=True)
     return {"success": _engine(request).unload_when_idle(model)}

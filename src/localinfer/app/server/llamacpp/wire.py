@@ -19,6 +19,8 @@ from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
 from localinfer.types import GenerationOptions, Priority, ResponseFormat, SamplingParams
 
+MAX_N_PROBS: Final = 100  # the most likely tokens listed beside each generated one (n_probs)
+
 # A prompt: text, or token ids, or both mixed (llama-server's tokenize_mixed): ``[12, 34, "text", 56]``. An id is a
 # JSON integer: ``true`` or ``1.0`` is refused, not read as 1.
 TokenId = StrictInt
@@ -133,13 +135,17 @@ class CompletionBody(_Wire):
     @property
     def n_probs_asked(self) -> int:
         """``n_probs``, or where it is not given ``logprobs``, llama-server's other name for it. Raises
-        InvalidRequest for a ``logprobs`` that is not an integer."""
+        InvalidRequest for a ``logprobs`` that is not an integer, or either above MAX_N_PROBS (llama-server takes
+        any number, and lists that many tokens for every token generated, on the thread every slot waits on)."""
         other = (self.model_extra or {}).get("logprobs")
-        if "n_probs" in self.model_fields_set or other is None:
-            return self.n_probs
-        if isinstance(other, bool) or not isinstance(other, int):
-            raise InvalidRequest("logprobs (n_probs) must be an integer", param="logprobs")
-        return other
+        name, asked = "n_probs", self.n_probs
+        if "n_probs" not in self.model_fields_set and other is not None:
+            if isinstance(other, bool) or not isinstance(other, int):
+                raise InvalidRequest("logprobs (n_probs) must be an integer", param="logprobs")
+            name, asked = "logprobs", other
+        if asked > MAX_N_PROBS:
+            raise InvalidRequest(f"{name} is {asked}; at most {MAX_N_PROBS} are listed", param=name)
+        return asked
 
     def options(self) -> GenerationOptions:
         """The generation options this body asks for. Raises InvalidRequest naming a field we cannot honour."""

@@ -62,9 +62,9 @@ class EmbeddingsBody(BaseModel):
 async def embeddings(body: EmbeddingsBody, request: Request) -> Response:
     engine: Engine = request.app.state.engine
     model = requested_model(request, body.model)
+    await check_pooled(engine, model)  # llama-server's OpenAI route refuses it, whatever shape is asked
     if body.native:
         return await native_embeddings(request, model, body.inputs(), normalize=True)
-    await check_pooled(engine, model)
     result = await unless_disconnected(request, engine.embed(model, body.inputs(), normalize=True))
     n_dimensions = len(result.vectors[0])
     if body.dimensions is not None and body.dimensions != n_dimensions:

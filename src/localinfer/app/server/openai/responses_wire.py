@@ -220,6 +220,8 @@ class ResponsesBody(_SamplingWire):
 
     def _check_responses_fields(self) -> None:
         """Fields that would change the answer and cannot be honoured: a 400 naming the field."""
+        if self.n != 1:
+            raise InvalidRequest("n is not a field of the Responses API: a response has one output", param="n")
         if self.previous_response_id:
             raise InvalidRequest(
                 "previous_response_id is not supported: no response is kept; send the whole conversation in input",

@@ -219,6 +219,12 @@ class CompletionBody(_SamplingWire):
         prompts = self.prompts
         if not prompts:
             raise InvalidRequest("prompt must not be an empty list", param="prompt")
+        if len(prompts) * self.n > MAX_CHOICES:  # they all run at once: one request must not take the whole queue
+            raise InvalidRequest(
+                f"{len(prompts)} prompts with n={self.n} are {len(prompts) * self.n} choices; at most {MAX_CHOICES} "
+                "are computed for one request",
+                param="prompt",
+            )
         options = self._options(self.max_tokens, ResponseFormat())
         keep_alive = keep_alive_seconds(self.keep_alive)
         if self.suffix:
