@@ -9,27 +9,21 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from localinfer.app.server.anthropic.responses import Reply, sse_events
 from localinfer.app.server.anthropic.wire import CountTokensBody, MessagesBody
+from localinfer.app.server.core.app_state import SSE_HEADERS, engine_of
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.prompt import prompt_tokens
 from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
-from localinfer.engine.engine import Engine
 
 router = APIRouter(prefix="/v1", route_class=FastJSONRoute)
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
 
 
 @router.post("/messages", response_model=None)
 async def messages(body: MessagesBody, request: Request) -> JSONResponse | StreamingResponse:
     body.model = requested_model(request, body.model)  # none named: the server's default model
     core = body.to_core()
-    stream = await unless_disconnected(request, primed(_engine(request).chat(core)))
+    stream = await unless_disconnected(request, primed(engine_of(request).chat(core)))
     reply = Reply.new(body.model, body.stops, body.single_call)
     if body.stream:
         return StreamingResponse(sse_events(stream, reply), media_type="text/event-stream", headers=SSE_HEADERS)
@@ -43,4 +37,4 @@ async def count_tokens(body: CountTokensBody, request: Request) -> dict[str, int
     system text and tools (rendered by its chat template), as llama-server counts them."""
     body.model = requested_model(request, body.model)
     core = body.to_core()
-    return {"input_tokens": await prompt_tokens(_engine(request), core)}
+    return {"input_tokens": await prompt_tokens(engine_of(request), core)}

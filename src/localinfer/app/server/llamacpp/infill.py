@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from localinfer.app.server.core.app_state import SSE_HEADERS
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
@@ -26,7 +27,6 @@ from localinfer.engine.engine import Engine
 from localinfer.types import GenerationOptions, InfillRequest
 
 router = APIRouter(route_class=FastJSONRoute)  # the access guard (guard.py) checks the key before the body is read
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 INFILL_SAMPLER = "infill"
 
 

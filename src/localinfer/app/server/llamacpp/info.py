@@ -10,21 +10,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from localinfer import __version__
+from localinfer.app.server.core.app_state import engine_of
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.llamacpp.wire import CompletionBody
 from localinfer.backends.base import SlotInfo
-from localinfer.engine.engine import Engine
 from localinfer.errors import NotSupported, QueueFull
 
 router = APIRouter(route_class=FastJSONRoute)
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the format generate_latest and llama-server write
-
-
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
 
 
 def _default_params(n_ctx: int) -> dict[str, Any]:
@@ -55,7 +50,7 @@ def _slot(slot: SlotInfo) -> dict[str, Any]:
 @router.get("/props")
 async def props(request: Request, model: str | None = None) -> dict[str, Any]:
     name = requested_model(request, model)
-    facts = await _engine(request).facts(name)
+    facts = await engine_of(request).facts(name)
     idle = SlotInfo(id=0, n_ctx=facts.n_ctx, is_processing=False)
     return {
         "default_generation_settings": {**_slot(idle), "params": _default_params(facts.n_ctx)},
@@ -75,7 +70,7 @@ async def slots(request: Request, model: str | None = None, fail_on_no_slot: boo
     """Each slot of the model; with ``fail_on_no_slot``, a 503 when none is idle (as llama-server answers)."""
     if not getattr(request.app.state, "slots_endpoint", True):
         raise NotSupported("this server was started with --no-slots", hint="start it without --no-slots")
-    engine = _engine(request)
+    engine = engine_of(request)
     name = requested_model(request, model)
     await engine.facts(name)  # loaded, as llama-server's model always is
     infos = engine.slots(name)
@@ -92,7 +87,7 @@ async def metrics(request: Request, model: str | None = None) -> Response:
     of a server of one model answers). ``Process-Start-Time-Unix`` says when the server began,
     in Unix seconds as its name says (llama-server sends its monotonic clock's microseconds there), so a scraper can
     tell a restart from a counter that stalled."""
-    engine = _engine(request)
+    engine = engine_of(request)
     name = None
     if model is not None and model.strip():
         name = requested_model(request, model)

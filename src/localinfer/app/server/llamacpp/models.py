@@ -13,11 +13,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import Field
 
+from localinfer.app.server.core.app_state import engine_of
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.wire import ClientBody
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
-from localinfer.engine.engine import Engine
 
 router = APIRouter(prefix="/models", route_class=FastJSONRoute)
 
@@ -26,19 +26,14 @@ class ModelBody(ClientBody):
     model: str = Field(min_length=1, max_length=1024)
 
 
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
-
-
 @router.post("/load")
 async def load(request: Request, body: ModelBody) -> dict[str, bool]:
     model = requested_model(request, body.model, managing=True)
-    await unless_disconnected(request, _engine(request).runner(model))
+    await unless_disconnected(request, engine_of(request).runner(model))
     return {"success": True}
 
 
 @router.post("/unload")
 async def unload(request: Request, body: ModelBody) -> dict[str, bool]:
     model = requested_model(request, body.model, managing=True)
-    return {"success": _engine(request).unload_when_idle(model)}
+    return {"success": engine_of(request).unload_when_idle(model)}

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from localinfer.app.server.core.app_state import SSE_HEADERS, engine_of
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
@@ -33,17 +34,11 @@ from localinfer.types import CompletionRequest
 router = APIRouter(route_class=FastJSONRoute)
 router.include_router(info_router)
 router.include_router(rerank_router)
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
 
 
 @router.post("/completion", response_model=None)
 async def completion(body: CompletionBody, request: Request) -> JSONResponse | StreamingResponse:
-    engine = _engine(request)
+    engine = engine_of(request)
     model = requested_model(request, body.model)
     options = await with_token_ids(body.options(), _text_tokenizer(engine, model))
     facts = await engine.facts(model)
@@ -74,7 +69,7 @@ router.add_api_route("/completions", completion, methods=["POST"], response_mode
 async def tokenize(body: TokenizeBody, request: Request) -> dict[str, Any]:
     """``{"tokens": [ids]}``, or with ``with_pieces`` ``[{"id", "piece"}]``: a piece is its text, or its bytes
     as a list of numbers when they are not whole UTF-8 characters (as llama-server answers)."""
-    engine = _engine(request)
+    engine = engine_of(request)
     model = requested_model(request, body.model)
     tokens = await _tokens(engine, model, body.content, add_special=body.add_special, parse_special=body.parse_special)
     pieces = await engine.detokenize(model, tokens)  # also refuses an id outside the vocabulary
@@ -85,7 +80,7 @@ async def tokenize(body: TokenizeBody, request: Request) -> dict[str, Any]:
 
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeBody, request: Request) -> dict[str, Any]:
-    engine = _engine(request)
+    engine = engine_of(request)
     model = requested_model(request, body.model)
     return {"content": await _text(engine, model, body.tokens)}
 

@@ -28,6 +28,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from localinfer.app.server.core.app_state import engine_of
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.streams import collect, ndjson_line, primed
 from localinfer.app.server.disconnect import unless_disconnected
@@ -46,11 +47,6 @@ GenerateJSON = Annotated[GenerateBody, Depends(json_body(GenerateBody))]
 
 # the dialect's field for a piece of text (and the tool calls that end it): message or response
 Piece = Callable[[str, tuple[ToolCall, ...]], dict[str, Any]]
-
-
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
 
 
 def created_at() -> str:
@@ -112,7 +108,7 @@ def _response(text: str, calls: tuple[ToolCall, ...] = ()) -> dict[str, Any]:
 
 @router.post("/chat", response_model=None)
 async def chat(request: Request, body: ChatJSON) -> JSONResponse | StreamingResponse:
-    engine = _engine(request)
+    engine = engine_of(request)
     model = requested_model(request, body.model_name())
     clock = _Clock()
     core = body.to_core(model)  # a bad field is a 400 before the model loads
@@ -127,7 +123,7 @@ async def chat(request: Request, body: ChatJSON) -> JSONResponse | StreamingResp
 
 @router.post("/generate", response_model=None)
 async def generate(request: Request, body: GenerateJSON) -> JSONResponse | StreamingResponse:
-    engine = _engine(request)
+    engine = engine_of(request)
     model = requested_model(request, body.model_name())
     clock = _Clock()
     body.check()

@@ -14,31 +14,26 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from localinfer.app.server.core.app_state import engine_of
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.prompt import prompt_tokens
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.openai.wire import ChatCompletionBody
-from localinfer.engine.engine import Engine
 
 router = APIRouter(route_class=FastJSONRoute)
-
-
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
 
 
 @router.post("/apply-template")
 async def apply_template(body: ChatCompletionBody, request: Request) -> dict[str, str]:
     body.model = requested_model(request, body.model)
-    rendered = await _engine(request).render(body.to_core())
+    rendered = await engine_of(request).render(body.to_core())
     return {"prompt": rendered.text}
 
 
 @router.post("/v1/chat/completions/input_tokens")
 async def input_tokens(body: ChatCompletionBody, request: Request) -> dict[str, Any]:
     body.model = requested_model(request, body.model)
-    return {"object": "response.input_tokens", "input_tokens": await prompt_tokens(_engine(request), body.to_core())}
+    return {"object": "response.input_tokens", "input_tokens": await prompt_tokens(engine_of(request), body.to_core())}
 
 
 router.add_api_route("/chat/completions/input_tokens", input_tokens, methods=["POST"], include_in_schema=False)

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from localinfer.app.server.core.app_state import SSE_HEADERS, engine_of
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.prompt import prompt_tokens
 from localinfer.app.server.core.streams import collect, primed
@@ -18,22 +19,15 @@ from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.openai.responses_reply import Reply, sse_events
 from localinfer.app.server.openai.responses_wire import ResponsesBody
-from localinfer.engine.engine import Engine
 
 router = APIRouter(route_class=FastJSONRoute)
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
 
 
 @router.post("/v1/responses", response_model=None)
 async def responses(body: ResponsesBody, request: Request) -> JSONResponse | StreamingResponse:
     body.model = requested_model(request, body.model)  # none named: the server's default model
     core = body.to_core()
-    stream = await unless_disconnected(request, primed(_engine(request).chat(core)))
+    stream = await unless_disconnected(request, primed(engine_of(request).chat(core)))
     reply = Reply(body.model, body.echoed(), single_call=not body.parallel_tool_calls)
     if body.stream:
         return StreamingResponse(sse_events(stream, reply), media_type="text/event-stream", headers=SSE_HEADERS)
@@ -46,7 +40,7 @@ async def input_tokens(body: ResponsesBody, request: Request) -> dict[str, Any]:
     """``{"object": "response.input_tokens", "input_tokens": n}``: the tokens of the prompt ``/v1/responses``
     would give the model for the same body (rendered by its chat template), as llama-server counts them."""
     body.model = requested_model(request, body.model)
-    return {"object": "response.input_tokens", "input_tokens": await prompt_tokens(_engine(request), body.to_core())}
+    return {"object": "response.input_tokens", "input_tokens": await prompt_tokens(engine_of(request), body.to_core())}
 
 
 # llama-server answers both without /v1 too.

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from localinfer.app.server.core.app_state import SSE_HEADERS, engine_of
 from localinfer.app.server.core.choices import choice_streams, choices_usage, collect_all
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.streams import Collected, primed
@@ -30,12 +31,6 @@ from localinfer.types import CompletionRequest, InfillRequest, Timings, TokenLog
 router = APIRouter(
     prefix="/v1", route_class=FastJSONRoute
 )  # the access guard (guard.py) checks the key before the body is read
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
 
 
 def _model_card(name: str, created: int) -> dict[str, Any]:
@@ -46,7 +41,7 @@ def _model_card(name: str, created: int) -> dict[str, Any]:
 async def list_models(request: Request) -> dict[str, Any]:
     """OpenAI's list; llama-server's clients (``GET /models``, no ``/v1``) find each model under ``models`` too,
     named as Ollama's list names them."""
-    models = _engine(request).models()
+    models = engine_of(request).models()
     return {
         "object": "list",
         "data": [_model_card(m.name, m.created) for m in models],
@@ -56,7 +51,7 @@ async def list_models(request: Request) -> dict[str, Any]:
 
 @router.get("/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    for info in _engine(request).models():
+    for info in engine_of(request).models():
         if info.name == model_id:
             return _model_card(info.name, info.created)
     raise ModelNotFound(model_id)
@@ -104,7 +99,7 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
     """One choice, or ``n`` from the same prompt (core/choices.py: computed once, decoded side by side)."""
     body.model = requested_model(request, body.model)  # none named: the server's default model
     core = body.to_core()
-    engine = _engine(request)
+    engine = engine_of(request)
     streams = choice_streams([core], body.n, engine.chat)
     streams[0] = await unless_disconnected(request, primed(streams[0]))
     header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
@@ -169,7 +164,7 @@ def _generate(engine: Engine, core: CompletionRequest | InfillRequest) -> TokenS
 @router.post("/completions", response_model=None)
 async def completions(body: CompletionBody, request: Request) -> JSONResponse | StreamingResponse:
     """One choice per prompt, or ``n`` per prompt (core/choices.py), all run side by side."""
-    engine = _engine(request)
+    engine = engine_of(request)
     body.model = requested_model(request, body.model)
     cores = body.to_core()
     prompts = [p for p in body.prompts for _ in range(body.n)]  # the prompt of each choice
