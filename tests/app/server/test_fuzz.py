@@ -34,7 +34,9 @@ EXCLUDED_PATHS = ("/api/pull", "/api/delete")
 @pytest.fixture(scope="module")
 def fuzz_server(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log_dir = tmp_path_factory.mktemp("serve-fuzz")
-    with serving(smollm2.name, test_home, log_dir, "--ctx-size", "1024", "--parallel", "2") as server:
+    slots = tmp_path_factory.mktemp("fuzz-slots")  # slot actions enabled, so their bodies and names are fuzzed too
+    flags = ("--ctx-size", "1024", "--parallel", "2", "--slot-save-path", str(slots))
+    with serving(smollm2.name, test_home, log_dir, *flags) as server:
         yield server
 
 

@@ -247,3 +247,13 @@ def test_not_json_and_unknown_models_answer_in_ollamas_shape(smollm2_server: Ser
     missing = post(smollm2_server, "/api/generate", {"model": "nope", "prompt": "hi"})
     assert missing.status_code == 404 and missing.json()["error"].startswith("model 'nope' not found")
     assert httpx.get(f"{smollm2_server.url}/health").status_code == 200
+
+
+def test_ps_answers_after_a_keep_alive_of_centuries(smollm2_server: Server, model_name: str) -> None:
+    """A keep-alive past what a date can hold (a fuzzer's 1e30 seconds) is shown as kept for good, not a 500."""
+    reply = post(smollm2_server, "/api/generate", {"model": model_name, "keep_alive": 1e30})
+    assert reply.status_code == 200, reply.text
+    ps = httpx.get(f"{smollm2_server.url}/api/ps", timeout=60)
+    assert ps.status_code == 200, ps.text
+    (running,) = [m for m in ps.json()["models"] if m["name"].startswith(model_name)]
+    assert running["expires_at"].startswith("21")  # a century ahead

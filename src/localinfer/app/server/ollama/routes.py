@@ -98,7 +98,9 @@ async def ps(request: Request) -> dict[str, Any]:
     now = datetime.now(timezone.utc)
 
     def expires_at(loaded: LoadedModelStatus) -> str:
-        ahead = _KEEP_LOADED if loaded.expires_in is None else timedelta(seconds=loaded.expires_in)
+        # a keep-alive past a century (a client may ask 1e300 seconds) is as good as for good
+        seconds = _KEEP_LOADED.total_seconds() if loaded.expires_in is None else loaded.expires_in
+        ahead = timedelta(seconds=min(seconds, _KEEP_LOADED.total_seconds()))
         return _rfc3339(now + ahead)
 
     return {"models": [_running(m, infos.get(m.name), expires_at(m)) for m in status.loaded]}
