@@ -255,5 +255,5 @@ def test_ps_answers_after_a_keep_alive_of_centuries(smollm2_server: Server, mode
     assert reply.status_code == 200, reply.text
     ps = httpx.get(f"{smollm2_server.url}/api/ps", timeout=60)
     assert ps.status_code == 200, ps.text
-    (running,) = [m for m in ps.json()["models"] if m["name"].startswith(model_name)]
+    (running,) = [m for m in ps.json()["models"] if m["name"] in (model_name, f"{model_name}:latest")]
     assert running["expires_at"].startswith("21")  # a century ahead
