@@ -283,6 +283,9 @@ class TokenChunk:
     tokens: tuple[int, ...] = ()
     stop_word: str | None = None
     progress: PromptProgress | None = None  # a chunk of no text that says how far the prompt is, when asked
+    # where the backend has slots (llama.cpp): the slot computing it, and how many tokens its prompt has
+    id_slot: int | None = None
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ class Job:
     shared_tokens: int = 0  # of cached_tokens, those copied from another slot's cache
     timings_per_token: bool = False  # every chunk carries the timings so far (llama-server's timings_per_token)
     return_progress: bool = False  # chunks say how far the prompt is (llama-server's return_progress)
+    id_slot: int | None = None  # the slot it runs in, once it has one
 
     def reached_max_tokens(self) -> bool:
         return self.max_tokens is not None and self.generated >= self.max_tokens
@@ -107,7 +108,16 @@ class Job:
             logprobs, self.pending_logprobs = tuple(self.pending_logprobs), []
             tokens, self.pending_tokens = tuple(self.pending_tokens), []
             timings = self.timings() if self.timings_per_token else None
-            self.deliver(TokenChunk(text, logprobs=logprobs, tokens=tokens, timings=timings))
+            self.deliver(
+                TokenChunk(
+                    text,
+                    logprobs=logprobs,
+                    tokens=tokens,
+                    timings=timings,
+                    id_slot=self.id_slot,
+                    prompt_tokens=len(self.prompt),
+                )
+            )
 
     def report_progress(self, processed: int) -> None:
         """Say that ``processed`` of the prompt's tokens are in the cache (a request that asked: return_progress)."""
@@ -149,6 +159,8 @@ class Job:
                 stop_word=self.text.stop_word,
                 logprobs=logprobs,
                 tokens=tokens,
+                id_slot=self.id_slot,
+                prompt_tokens=len(self.prompt),
             )
         )
 

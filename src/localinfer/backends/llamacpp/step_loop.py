@@ -205,6 +205,7 @@ class StepLoop:
         slot.next_token = None
         slot.draft = []
         slot.job = job
+        job.id_slot = slot.seq_id
         job.cached_tokens = reuse
         self.stats.cached_tokens += reuse
         job.shared_tokens = shared

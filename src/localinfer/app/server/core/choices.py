@@ -19,6 +19,7 @@ from localinfer.app.server.core.streams import Collected
 from localinfer.types import GenerationOptions, TokenChunk, TokenStream, Usage
 
 MAX_SEED = 2**64
+MAX_CHOICES = 128  # as OpenAI's bound on n: they all run at once, and one request must not take the whole queue
 
 
 class _HasOptions(Protocol):

@@ -88,7 +88,7 @@ async def infill(body: InfillBody, request: Request) -> JSONResponse | Streaming
     settings = body.infill_settings(core.options, facts.n_ctx, facts.eog_ids)
     served = Served(model=model, prompt=body.prompt, settings=settings, fields=tuple(body.response_fields or ()))
     if body.stream:
-        return StreamingResponse(sse_stream(stream, served), media_type="text/event-stream", headers=SSE_HEADERS)
+        return StreamingResponse(sse_stream([stream], [served]), media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))
     ids = result.tokens if body.return_tokens else ()
     return JSONResponse(final_body(served, result.text, result.last, stream=False, tokens=ids, probs=result.logprobs))

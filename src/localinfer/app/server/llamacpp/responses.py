@@ -10,6 +10,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from localinfer.app.server.core.choices import merged
 from localinfer.app.server.core.timings import speculation_body
 from localinfer.app.server.errors import llamacpp_error
 from localinfer.errors import LocalInferError
@@ -91,17 +92,20 @@ def final_body(
     stream: bool,
     tokens: Sequence[int] = (),
     probs: Sequence[TokenLogprob] = (),
+    index: int = 0,
 ) -> dict[str, Any]:
     """The answer (or a stream's last event) for a finished generation whose text is ``content``; ``tokens`` are
     the ids of that text, given when the request asked for them (``return_tokens``), as llama-server sends them;
-    ``probs`` every token's probabilities, asked for with ``n_probs`` (a stream sends them with its pieces)."""
+    ``probs`` every token's probabilities, asked for with ``n_probs`` (a stream sends them with its pieces);
+    ``index`` the completion's place among those of the request."""
     usage = last.usage or Usage(0, 0, 0)
     # llama-server's counts: every token sampled (an end token included), and in the cache all but the last
     predicted = last.timings.predicted_n if last.timings is not None else usage.completion_tokens
     body = {
-        "index": 0,
+        "index": index,
         "content": content,
         "tokens": list(tokens),
+        "id_slot": -1 if last.id_slot is None else last.id_slot,
         "stop": True,
         "model": served.model,
         "tokens_predicted": predicted,
@@ -145,31 +149,50 @@ def sse(data: dict[str, Any]) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def sse_stream(stream: TokenStream, served: Served) -> AsyncIterator[str]:
-    """llama-server's stream: a ``data:`` event per piece of text with the ids of its tokens (``stop: false``),
-    then one with ``stop: true`` and the whole answer's counts and timings; no ``[DONE]``. Tokens whose text is
-    held back and then dropped (a stop string) still come, in a piece whose ``content`` is empty, as llama-server
-    sends them; with ``n_probs`` each piece carries its tokens' ``completion_probabilities``. An error after the
-    stream began is its last event, ``data: {"error": {...}}`` in llama-server's error shape. Closing this iterator
-    frees the slot at once."""
-    has_new_line = False
+async def sse_stream(streams: Sequence[TokenStream], served: Sequence[Served]) -> AsyncIterator[str]:
+    """llama-server's stream of the completions ``streams`` (each served as ``served`` says), side by side: a
+    ``data:`` event per piece of text with the ids of its tokens (``stop: false``), then one per completion with
+    ``stop: true`` and its counts and timings; each event names its completion's ``index``; no ``[DONE]``. Tokens
+    whose text is held back and then dropped (a stop string) still come, in a piece whose ``content`` is empty, as
+    llama-server sends them; with ``n_probs`` each piece carries its tokens' ``completion_probabilities``. An error
+    after the stream began is its last event, ``data: {"error": {...}}`` in llama-server's error shape. Closing this
+    iterator frees the slots at once."""
+    has_new_line = [False] * len(streams)
+    predicted = [0] * len(streams)
     try:
-        async with aclosing(stream):
-            async for chunk in stream:
+        async with aclosing(merged(streams)) as chunks:
+            async for index, chunk in chunks:
                 if chunk.progress is not None:
                     progress = dataclasses.asdict(chunk.progress)
-                    yield sse({"index": 0, "content": "", "tokens": [], "stop": False, "prompt_progress": progress})
+                    yield sse({**_piece(index, chunk, predicted[index]), "prompt_progress": progress})
                     continue
                 if chunk.text or chunk.tokens:
-                    has_new_line = has_new_line or "\n" in chunk.text
-                    piece = {"index": 0, "content": chunk.text, "tokens": list(chunk.tokens), "stop": False}
+                    has_new_line[index] = has_new_line[index] or "\n" in chunk.text
+                    predicted[index] += len(chunk.tokens)
+                    piece = _piece(index, chunk, predicted[index])
                     if chunk.timings is not None and chunk.finish_reason is None:  # timings_per_token
                         piece["timings"] = timings_body(chunk.timings, None)
                     if chunk.logprobs:
-                        piece["completion_probabilities"] = probabilities_body(chunk.logprobs, _post_sampling(served))
+                        piece["completion_probabilities"] = probabilities_body(
+                            chunk.logprobs, _post_sampling(served[index])
+                        )
                     yield sse(piece)
                 if chunk.finish_reason is not None:
-                    last = final_body(served, "", chunk, stream=True)
-                    yield sse(only_fields(served.fields, {**last, "has_new_line": has_new_line}))
+                    last = final_body(served[index], "", chunk, stream=True, index=index)
+                    yield sse(only_fields(served[index].fields, {**last, "has_new_line": has_new_line[index]}))
     except LocalInferError as exc:
         yield sse(llamacpp_error(exc)[1])
+
+
+def _piece(index: int, chunk: TokenChunk, predicted: int) -> dict[str, Any]:
+    """A streamed piece, as llama-server sends it: its text and tokens, the tokens generated so far and the
+    prompt's (its ``id_slot`` is -1 there until the last event)."""
+    return {
+        "index": index,
+        "content": chunk.text,
+        "tokens": list(chunk.tokens),
+        "stop": False,
+        "id_slot": -1,
+        "tokens_predicted": predicted,
+        "tokens_evaluated": chunk.prompt_tokens or 0,
+    }

@@ -12,8 +12,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from localinfer.app.server.core.app_state import SSE_HEADERS, engine_of
+from localinfer.app.server.core.choices import choice_streams, collect_all
 from localinfer.app.server.core.model_name import requested_model
-from localinfer.app.server.core.streams import collect, primed
+from localinfer.app.server.core.streams import primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.llamacpp.info import router as info_router
@@ -24,7 +25,7 @@ from localinfer.app.server.llamacpp.wire import (
     DetokenizeBody,
     Prompt,
     TokenizeBody,
-    plain_prompt,
+    plain_prompts,
     with_token_ids,
 )
 from localinfer.engine.engine import Engine
@@ -38,27 +39,53 @@ router.include_router(rerank_router)
 
 @router.post("/completion", response_model=None)
 async def completion(body: CompletionBody, request: Request) -> JSONResponse | StreamingResponse:
+    """One completion, or several: of each prompt of a list, ``n_cmpl`` each (core/choices.py: a prompt computed
+    once, its completions decoded side by side). Several come back as a list (streamed: events naming their
+    ``index``), as llama-server answers them."""
     engine = engine_of(request)
     model = requested_model(request, body.model)
     options = await with_token_ids(body.options(), _text_tokenizer(engine, model))
     facts = await engine.facts(model)
-    prompt = plain_prompt(body.prompt)
-    text = prompt if isinstance(prompt, str) else ""
-    tokens: tuple[int, ...] = ()
-    if not isinstance(prompt, str):
-        tokens = tuple(await _tokens(engine, model, prompt, add_special=True, parse_special=True))
-        text = await _text(engine, model, tokens)  # refuses an id outside the vocabulary
+    prompts = plain_prompts(body.prompt)
+    n = body.choices(len(prompts))
+    settings = body.settings(options, facts.n_ctx, facts.eog_ids)
     fields = tuple(body.response_fields or ())
-    served = Served(model, text, body.settings(options, facts.n_ctx, facts.eog_ids), fields)
-    core = CompletionRequest(
-        model=model, prompt=text, options=options, tokens=tokens, priority=body.priority or "normal"
-    )
-    stream = await unless_disconnected(request, primed(engine.complete(core)))
+    cores: list[CompletionRequest] = []
+    served: list[Served] = []
+    for prompt in prompts:
+        text, tokens = await _prompt_text(engine, model, prompt)
+        core = CompletionRequest(
+            model=model, prompt=text, options=options, tokens=tokens, priority=body.priority or "normal"
+        )
+        cores.append(core)
+        served.extend([Served(model, text, settings, fields)] * n)
+    streams = choice_streams(cores, n, engine.complete)
+    streams[0] = await unless_disconnected(request, primed(streams[0]))
     if body.stream:
-        return StreamingResponse(sse_stream(stream, served), media_type="text/event-stream", headers=SSE_HEADERS)
-    result = await unless_disconnected(request, collect(stream))
-    ids = result.tokens if body.return_tokens else ()
-    return JSONResponse(final_body(served, result.text, result.last, stream=False, tokens=ids, probs=result.logprobs))
+        return StreamingResponse(sse_stream(streams, served), media_type="text/event-stream", headers=SSE_HEADERS)
+    results = await unless_disconnected(request, collect_all(streams))
+    answers = [
+        final_body(
+            s,
+            r.text,
+            r.last,
+            stream=False,
+            tokens=r.tokens if body.return_tokens else (),
+            probs=r.logprobs,
+            index=index,
+        )
+        for index, (s, r) in enumerate(zip(served, results, strict=True))
+    ]
+    return JSONResponse(answers[0] if len(answers) == 1 else answers)
+
+
+async def _prompt_text(engine: Engine, model: str, prompt: Prompt) -> tuple[str, tuple[int, ...]]:
+    """``prompt`` as the text it reads as and, where it holds token ids, its tokens (ids outside the vocabulary
+    refused); a text alone is tokenized by the backend."""
+    if isinstance(prompt, str):
+        return prompt, ()
+    tokens = tuple(await _tokens(engine, model, prompt, add_special=True, parse_special=True))
+    return await _text(engine, model, tokens), tokens
 
 
 # llama-server's other name for it (not /v1/completions, which is OpenAI's)

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_n_predict, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias, shown_logit_bias
 from localinfer.app.server.core.stops import check_stops
@@ -35,18 +36,24 @@ class PromptObject(BaseModel):
     multimodal_data: list[str] | None = None
 
 
-GivenPrompt = Prompt | PromptObject | list[PromptObject]
+# What ``prompt`` may be: one prompt, or a list of them (texts, lists of ids and texts, objects), as llama-server's
+# tokenize_input_prompts reads it: a list holding an id is one prompt, any other list is several.
+GivenPrompt = Prompt | PromptObject | list[PromptObject | str | list[TokenId | str]]
 
 
-def plain_prompt(given: GivenPrompt) -> Prompt:
-    """``given`` as text or mixed ids and text: a ``prompt_string`` object (alone, or the one in a list) unwrapped.
-    Raises InvalidRequest for several objects (several prompts) or multimodal data."""
-    objects = [part for part in given if isinstance(part, PromptObject)] if isinstance(given, list) else []
-    if len(objects) > 1:
-        raise InvalidRequest("several prompts in one request are not supported: send one", param="prompt")
-    one = objects[0] if objects else given
+def plain_prompts(given: GivenPrompt) -> list[Prompt]:
+    """The prompts ``given`` holds, each as text or mixed ids and text (``prompt_string`` objects unwrapped).
+    Raises InvalidRequest for an empty list or multimodal data."""
+    if not isinstance(given, list) or any(isinstance(part, int) for part in given):
+        return [_unwrapped(given)]  # type: ignore[arg-type]  # one prompt: text, an object, ids and text
+    if not given:
+        raise InvalidRequest('"prompt" must not be empty', param="prompt")
+    return [_unwrapped(part) for part in given if not isinstance(part, int)]
+
+
+def _unwrapped(one: Prompt | PromptObject) -> Prompt:
     if not isinstance(one, PromptObject):
-        return given  # type: ignore[return-value]  # text, or ids and text: no object in it
+        return one
     if one.multimodal_data:
         raise InvalidRequest(
             "multimodal_data needs a model served with a multimodal projector, which this server has not",
@@ -72,8 +79,6 @@ _UNSUPPORTED: Final[tuple[tuple[str, Any], ...]] = (
     ("lora", None),
     ("image_data", None),
     ("multimodal_data", None),
-    ("n_cmpl", 1),
-    ("n", 1),
     ("t_max_predict_ms", 0),
 )
 
@@ -120,6 +125,24 @@ class CompletionBody(_Wire):
     response_fields: list[str] | None = None  # the last answer holds only these (``"timings/prompt_n"``), flat
     timings_per_token: bool = False  # every streamed piece carries the timings so far
     return_progress: bool = False  # a stream sends the prompt's progress while it is computed
+    n_cmpl: StrictInt | None = None  # completions of each prompt (``n``, OpenAI's name, when not given)
+    n: StrictInt | None = None
+
+    def choices(self, n_prompts: int) -> int:
+        """How many completions of each of ``n_prompts`` prompts are asked for. Raises InvalidRequest outside 1 to
+        MAX_CHOICES (llama-server's bound is its slot count), or for more than MAX_CHOICES in all."""
+        name, n = ("n_cmpl", self.n_cmpl) if self.n_cmpl is not None else ("n", self.n)
+        if n is None:
+            return 1
+        if not 1 <= n <= MAX_CHOICES:
+            raise InvalidRequest(f"{name} must be between 1 and {MAX_CHOICES}, but got {n}", param=name)
+        if n_prompts * n > MAX_CHOICES:
+            raise InvalidRequest(
+                f"{n_prompts} prompts with {name}={n} are {n_prompts * n} completions; at most {MAX_CHOICES} "
+                "run in one request",
+                param=name,
+            )
+        return n
 
     @property
     def n_tokens(self) -> int | None:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias
 from localinfer.app.server.core.stops import check_stops
@@ -28,7 +29,6 @@ from localinfer.types import (
 )
 
 MAX_TOP_LOGPROBS = 20  # as OpenAI's top_logprobs and llama-server's n_probs
-MAX_CHOICES = 128  # as OpenAI's bound on n
 
 
 class _Wire(ClientBody):
