@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# Proves localinfer's CUDA path on a GPU machine that has CUDA's compiler but no network (this workplace's lent
+# machine): llama-cpp-python built there with CUDA, then `localinfer hw` and `localinfer serve` with every layer on
+# the GPU, with --gpu-layers 0, and with the GPU hidden (CUDA_VISIBLE_DEVICES=""), compared by bench/gpu_check.py
+# (docs/benchmarks.md, "GPU: CUDA offload on an H200").
+#
+# What travels to such a machine is capped (64 MiB a call), so the work is cut in two parts:
+#
+#   bench/gpu_check.sh prepare [MODEL.gguf]    here, with network: writes .gpu/ (add "/.gpu/" to .git/info/exclude)
+#       .gpu/c1/  llama-cpp-python's sdist without models, docs, tests and other backends' sources (~5 MB), the
+#                 runtime dependencies the device lacks as cp312 manylinux wheels (~8 MB), localinfer's src/ as
+#                 committed (HEAD), and the model's first bytes (model.part-aa, 42 MiB)
+#       .gpu/c2/  the model's remaining bytes (model.part-ab, at most ~55 MiB); the model defaults to SmolLM2-135M
+#                 Instruct Q4_1 (98 MB)
+#   bench/gpu_check.sh build     on the GPU machine (carry .gpu/c1): builds the CUDA wheel (CMAKE_ARGS, default
+#                                sm_90; 284 s on the 16 cores of an H200 machine) into /tmp/gpu-check/site beside the
+#                                wheels, then asks llama.cpp which devices it sees and runs `localinfer hw`
+#   bench/gpu_check.sh check     on the same, still warm machine (carry .gpu/c2): joins the model from
+#                                /tmp/gpu-check/c1 and .gpu/c2 and runs bench/gpu_check.py on it
+#   bench/gpu_check.sh all       build, then check (where one call can carry both parts)
+#
+# With this workplace's device tool, the two calls go back to back (a machine idle for 30 s is given back; it keeps
+# /tmp while warm, but removes the ignored files of the repository that a call does not carry):
+#   run(carry=[".gpu/c1"], timeout_s=570, command="OUT=$OUT bash bench/gpu_check.sh build")
+#   run(carry=[".gpu/c2"], timeout_s=300, command="OUT=$OUT bash bench/gpu_check.sh check")
+# Everything is logged to $OUT/log (default /tmp/gpu-check-out) with each step under `timeout`.
+#
+# Environment: OUT, CMAKE_ARGS (default "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"), JOBS (default: all CPUs),
+# ROUNDS (default 5), TOKENS (default 256), CPU_ONLY=1 (check without a GPU), SERVE_ARGS (more `serve` flags for
+# every server, e.g. "--spec off"), GPU_CHECK_KEEP (default /tmp/gpu-check), PYTHON (default python3: 3.12 on the
+# lent machine, which the wheels fit).
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+gpu=$root/.gpu
+OUT=${OUT:-/tmp/gpu-check-out}
+# The lent machine keeps /tmp between calls while it stays warm, but not ignored files in the repository that a call
+# does not carry: what build makes and check needs lives here.
+keep=${GPU_CHECK_KEEP:-/tmp/gpu-check}
+mkdir -p "$OUT"
+python=${PYTHON:-python3}
+step() { printf '\n=== %s  [%s]\n' "$*" "$(date -u +%H:%M:%S)"; }
+fail() {
+  echo "gpu_check: $*" >&2
+  exit 1
+}
+
+prepare() {
+  local model=${1:-}
+  local sdist_version
+  sdist_version=$(sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' pyproject.toml)
+  local sdist=${LOCALINFER_BUILD_CACHE:-$HOME/.cache/localinfer/build}/sdist/llama_cpp_python-$sdist_version.tar.gz
+  [ -f "$sdist" ] || fail "no sdist at $sdist (bench/build-llama-cpp downloads it)"
+  [ -n "$model" ] || model=$(find /tmp/pytest-of-*/ -name SmolLM2.gguf -size +90M 2>/dev/null | head -1)
+  [ -f "$model" ] || fail "name a .gguf model: bench/gpu_check.sh prepare MODEL.gguf"
+  rm -rf "$gpu/c1" "$gpu/c2" && mkdir -p "$gpu/c1/whl" "$gpu/c2"
+  local tmp
+  tmp=$(mktemp -d)
+  tar xzf "$sdist" -C "$tmp"
+  local s=$tmp/llama_cpp_python-$sdist_version
+  local v=$s/vendor/llama.cpp
+  # Only the library, ggml's CPU and CUDA backends and tools/mtmd (LLAVA_BUILD) are built; the rest is not needed.
+  rm -rf "$s"/{.git,.github,docs,examples,tests,docker} "$v"/{.git,.github,.devops,docs,media,models,examples,pocs} \
+    "$v"/{benches,tests,app,gguf-py,conversion,ci,skills,requirements,scripts,grammars} "$v"/convert_*.py
+  find "$v/tools" -mindepth 1 -maxdepth 1 ! -name mtmd -exec rm -rf {} +
+  find "$v/ggml/src" -mindepth 1 -maxdepth 1 -type d -name 'ggml-*' \
+    ! -name ggml-cpu ! -name ggml-cuda ! -name ggml-blas ! -name ggml-rpc -exec rm -rf {} +
+  mv "$s" "$tmp/llama-cpp-python"
+  tar czf "$gpu/c1/llama-cpp-python.tar.gz" -C "$tmp" llama-cpp-python
+  rm -rf "$tmp"
+  # What `localinfer serve` and `hw` import that the lent machine's Python lacks (or has in another version), at the
+  # versions of .venv. The machine has numpy, jinja2, psutil, httpx, click, rich, pyyaml, uvloop, prometheus-client.
+  local specs=() name
+  for name in fastapi starlette pydantic pydantic_core pydantic-settings python-dotenv typing-inspection \
+    annotated-types annotated-doc typing_extensions anyio sniffio uvicorn h11 httptools gguf llguidance diskcache \
+    platformdirs httpx2 httpcore2 truststore opentelemetry-api idna filelock; do
+    specs+=("$name==$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('$name'))")")
+  done
+  local platforms=()
+  for p in manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1; do
+    platforms+=(--platform "${p}_x86_64")
+  done
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${platforms[@]}" -d "$gpu/c1/whl" "${specs[@]}" || fail "pip download failed"
+  git archive HEAD src | tar x -C "$gpu/c1"
+  sha256sum "$model" | cut -d' ' -f1 >"$gpu/c1/model.sha256"
+  basename "$model" >"$gpu/c1/model.name"
+  head -c 42M "$model" >"$gpu/c1/model.part-aa"
+  tail -c +$((42 * 1024 * 1024 + 1)) "$model" >"$gpu/c2/model.part-ab"
+  du -sh "$gpu/c1" "$gpu/c2"
+}
+
+env_site() {
+  export PYTHONPATH=$keep/c1/src:$keep/site${PYTHONPATH:+:$PYTHONPATH}
+  export PYTHONUNBUFFERED=1
+  [ -f "$keep/cuda-libs" ] && export LD_LIBRARY_PATH=$(cat "$keep/cuda-libs")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  return 0
+}
+
+# CMake's FindCUDAToolkit looks for cuBLAS and libcuda.so in the toolkit's folders. A machine whose toolkit has
+# only the compiler has them elsewhere: cuBLAS in the Python packages (nvidia-cublas), libcuda in the driver's folder.
+cuda_locations() {
+  local nvcc_dir cuda_home extra="" inc lib libs
+  nvcc_dir=$(dirname "$(readlink -f "$(command -v nvcc)")")
+  cuda_home=${CUDA_HOME:-}
+  [ -n "$cuda_home" ] || { [ -x /usr/local/cuda/bin/nvcc ] && cuda_home=/usr/local/cuda; }
+  [ -n "$cuda_home" ] || cuda_home=$(dirname "$nvcc_dir")
+  libs=$cuda_home/lib64
+  echo "nvcc: $(command -v nvcc) -> $nvcc_dir; toolkit: $cuda_home" >&2
+  if ! ls "$cuda_home"/include/cublas_v2.h "$cuda_home"/targets/*/include/cublas_v2.h >/dev/null 2>&1; then
+    inc=$(find /usr /opt /lib /lib64 -name cublas_v2.h 2>/dev/null | head -1)
+    lib=$(find /usr /opt /lib /lib64 -name 'libcublas.so*' 2>/dev/null | head -1)
+    [ -n "$inc" ] && [ -n "$lib" ] || fail "no cuBLAS: neither in $cuda_home nor anywhere else"
+    mkdir -p "$keep/cuda-link"
+    ln -sf "$lib" "$keep/cuda-link/libcublas.so"
+    ln -sf "$(dirname "$lib")/$(basename "$lib" | sed 's/libcublas/libcublasLt/')" "$keep/cuda-link/libcublasLt.so"
+    extra+=" -DCUDA_cublas_LIBRARY=$keep/cuda-link/libcublas.so -DCUDA_cublasLt_LIBRARY=$keep/cuda-link/libcublasLt.so"
+    extra+=" -DCMAKE_CUDA_FLAGS=-I$(dirname "$inc") -DCMAKE_CXX_FLAGS=-I$(dirname "$inc")"
+    libs+=:$(dirname "$lib")
+    echo "cuBLAS from $(dirname "$inc") and $lib" >&2
+  fi
+  if ! ls "$cuda_home"/lib64/libcuda.so "$cuda_home"/lib64/stubs/libcuda.so >/dev/null 2>&1; then
+    lib=$(ldconfig -p | awk '/libcuda\.so/ {print $NF; exit}')
+    [ -n "$lib" ] || lib=$(find /usr /opt /lib /lib64 -name 'libcuda.so*' 2>/dev/null | head -1)
+    [ -n "$lib" ] || fail "no libcuda.so (the driver's library)"
+    mkdir -p "$keep/cuda-link"
+    ln -sf "$lib" "$keep/cuda-link/libcuda.so"
+    extra+=" -DCUDA_cuda_driver_LIBRARY=$keep/cuda-link/libcuda.so"
+    echo "libcuda from $lib" >&2
+  fi
+  printf '%s' "$libs" >"$keep/cuda-libs"
+  printf '%s' "$extra"
+}
+
+build() {
+  [ -f "$gpu/c1/llama-cpp-python.tar.gz" ] || fail "no .gpu/c1 here: carry it (bench/gpu_check.sh prepare)"
+  step "machine"
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
+  nvcc --version | tail -1
+  $python --version
+  nproc
+  rm -rf "$keep" && mkdir -p "$keep/build" && cp -a "$gpu/c1" "$keep/c1"
+  step "CUDA libraries"
+  local extra
+  extra=$(cuda_locations) || exit 1
+  step "build llama-cpp-python with CUDA"
+  tar xzf "$keep/c1/llama-cpp-python.tar.gz" -C "$keep/build"
+  local started=$SECONDS
+  CMAKE_ARGS="${CMAKE_ARGS:--DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90}$extra" \
+    CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)} \
+    timeout 480 $python -m pip wheel -v --no-build-isolation --no-deps --no-cache-dir -w "$keep/build/wheel" \
+    "$keep/build/llama-cpp-python" >"$keep/build/pip.log" 2>&1
+  local rc=$?
+  echo "build: exit $rc after $((SECONDS - started)) s"
+  grep -E '^ *-- .*(CUDA|cuBLAS|Found)|error:' "$keep/build/pip.log" | head -40
+  if [ $rc -ne 0 ]; then
+    tail -60 "$keep/build/pip.log"
+    exit $rc
+  fi
+  ls -la "$keep/build/wheel"
+  step "install into $keep/site"
+  timeout 120 $python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$keep/site" \
+    "$keep"/build/wheel/*.whl "$gpu"/c1/whl/*.whl || exit 1
+  env_site
+  step "llama.cpp's devices"
+  timeout 60 $python - <<'EOF'
+import ctypes
+
+import llama_cpp as lc
+from llama_cpp import llama_cpp as low
+
+print("llama_cpp", lc.__version__, "from", lc.__file__)
+print("supports GPU offload:", bool(lc.llama_supports_gpu_offload()))
+lc.llama_backend_init()
+lib = low._lib  # ggml's device API is not bound in Python; libllama's handle reaches libggml's symbols
+lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+lib.ggml_backend_dev_get.restype, lib.ggml_backend_dev_get.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+for f in (lib.ggml_backend_dev_name, lib.ggml_backend_dev_description):
+    f.restype, f.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+size_p = ctypes.POINTER(ctypes.c_size_t)
+lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size_p, size_p]
+for i in range(lib.ggml_backend_dev_count()):
+    dev = lib.ggml_backend_dev_get(i)
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+    name, desc = lib.ggml_backend_dev_name(dev).decode(), lib.ggml_backend_dev_description(dev).decode()
+    print(f"device {i}: {name} ({desc}) free {free.value >> 20} MiB of {total.value >> 20} MiB")
+EOF
+  step "localinfer hw"
+  LOCALINFER_HOME=/tmp/gpu-check-home timeout 120 $python -m localinfer.app.cli hw
+}
+
+check() {
+  [ -d "$keep/site" ] || fail "no $keep/site here: the machine that built it was given back; run build again"
+  env_site
+  step "join the model"
+  local name
+  name=$(cat "$keep/c1/model.name")
+  cat "$keep/c1"/model.part-* "$gpu/c2"/model.part-* >"/tmp/$name"
+  [ "$(sha256sum "/tmp/$name" | cut -d' ' -f1)" = "$(cat "$keep/c1/model.sha256")" ] || fail "the joined model differs"
+  ls -la "/tmp/$name"
+  step "bench/gpu_check.py"
+  timeout 400 $python bench/gpu_check.py "/tmp/$name" --rounds "${ROUNDS:-5}" --tokens "${TOKENS:-256}" ${CPU_ONLY:+--cpu-only} \
+    --serve-args="${SERVE_ARGS:-}" --out "$OUT"
+  local rc=$?
+  step "nvidia-smi after"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
+  return $rc
+}
+
+case ${1:-} in
+prepare) prepare "${2:-}" ;;
+build) build 2>&1 | tee -a "$OUT/log" ;;
+check) check 2>&1 | tee -a "$OUT/log" ;;
+all) { build && check; } 2>&1 | tee -a "$OUT/log" ;;
+*) fail "usage: bench/gpu_check.sh prepare [MODEL.gguf] | build | check | all" ;;
+esac
