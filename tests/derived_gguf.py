@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import gguf
 
@@ -16,8 +17,11 @@ from localinfer.models.store import Manifest, ModelFile, ModelStore
 Value = bool | int | str
 
 
-def copy_with_keys(original: Path, target: Path, keys: Mapping[str, Value]) -> None:
-    """Write ``original`` to ``target``, every key and tensor as it is, with ``keys`` set (an int as uint32)."""
+def copy_with_keys(
+    original: Path, target: Path, keys: Mapping[str, Value], edit: Callable[[str, Any], Any] | None = None
+) -> None:
+    """Write ``original`` to ``target``, every key and tensor as it is, with ``keys`` set (an int as uint32) and
+    each other key's value passed through ``edit(name, value)`` when given (its type kept)."""
     reader = gguf.GGUFReader(original)
     arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
     writer = gguf.GGUFWriter(target, arch, endianess=reader.endianess)
@@ -26,7 +30,8 @@ def copy_with_keys(original: Path, target: Path, keys: Mapping[str, Value]) -> N
             continue  # the writer writes these itself; the others are ours
         kind = field.types[0]
         sub_type = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub_type)
+        value = field.contents() if edit is None else edit(field.name, field.contents())
+        writer.add_key_value(field.name, value, kind, sub_type=sub_type)
     for key, value in keys.items():
         if isinstance(value, bool):
             writer.add_bool(key, value)

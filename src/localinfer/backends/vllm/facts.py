@@ -19,6 +19,7 @@ from localinfer.models.metadata.hf import (
     trained_context,
     weights_bytes,
 )
+from localinfer.models.metadata.thinking import thinking_markers
 
 DEFAULT_CONTEXT = 4096
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's --max-num-seqs when not given: requests it batches together
@@ -39,6 +40,7 @@ def model_facts(
         eos_token=token_text(tokenizer.get("eos_token")),
         add_bos=bool(tokenizer.get("add_bos_token", False)),
         has_chatml_tokens=has_chatml_tokens(added_token_texts(path, tokenizer)),
+        thinking=thinking_markers(chat_template(path, tokenizer), added_token_texts(path, tokenizer).__contains__),
         architecture=architecture(config),
         n_params=0,
         n_slots=positive(flag_value(extra_args, "--max-num-seqs")) or DEFAULT_MAX_NUM_SEQS,

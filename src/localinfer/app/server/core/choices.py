@@ -106,16 +106,10 @@ async def merged(streams: Sequence[TokenStream]) -> AsyncGenerator[tuple[int, To
 async def collect_all(streams: Sequence[TokenStream]) -> list[Collected]:
     """Every stream gathered whole, run side by side; the first error of any is raised (and the others closed)."""
     results = [Collected() for _ in streams]
-    parts: list[list[str]] = [[] for _ in streams]
     async with aclosing(merged(streams)) as chunks:
         async for index, chunk in chunks:
-            parts[index].append(chunk.text)
-            results[index].logprobs.extend(chunk.logprobs)
-            results[index].tokens.extend(chunk.tokens)
-            results[index].last = chunk
-    for result, text in zip(results, parts, strict=True):
-        result.text = "".join(text)
-    return results
+            results[index].add(chunk)
+    return [result.done() for result in results]
 
 
 def choices_usage(usages: Sequence[Usage | None], n: int) -> Usage:

@@ -4,9 +4,10 @@ the defaults of the wire models' fields (``default_temperature``...), so a field
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Final, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
 
 D = TypeVar("D", int, None)  # how a dialect spells "random" (-1 or None)
 
@@ -18,6 +19,12 @@ class RequestDefaults:
     temperature: float | None = None
     seed: int | None = None  # -1: a random one
     n_predict: int | None = None  # -1: until the context is full
+    # a reasoning model's thinking (core/reasoning.py): llama-server's --reasoning-format, --reasoning,
+    # --reasoning-budget and --chat-template-kwargs
+    reasoning_format: str = "auto"  # auto or deepseek: kept apart; none: left in the answer
+    reasoning: str = "auto"  # on, off, or auto: as the template has it
+    reasoning_budget: int = -1  # thinking tokens before the end of thinking is forced; -1: no limit
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
 NONE_SET: Final = RequestDefaults()
@@ -27,6 +34,11 @@ _current: ContextVar[RequestDefaults] = ContextVar("localinfer_request_defaults"
 def use_request_defaults(defaults: RequestDefaults) -> None:
     """Serve the rest of this request's task with ``defaults``."""
     _current.set(defaults)
+
+
+def current_defaults() -> RequestDefaults:
+    """What this request's task is served with."""
+    return _current.get()
 
 
 def default_temperature(dialect_default: float) -> float:

@@ -34,19 +34,29 @@ class Collected:
     last: TokenChunk = field(default_factory=lambda: TokenChunk(""))
     logprobs: list[TokenLogprob] = field(default_factory=list)  # every token's, when they were asked for
     tokens: list[int] = field(default_factory=list)  # every token's id, where the backend says them
+    reasoning: str = ""  # a reasoning model's thinking, apart from ``text``
+    _parts: list[str] = field(default_factory=list)
+    _thinking: list[str] = field(default_factory=list)
+
+    def add(self, chunk: TokenChunk) -> None:
+        self._parts.append(chunk.text)
+        self._thinking.append(chunk.reasoning)
+        self.logprobs.extend(chunk.logprobs)
+        self.tokens.extend(chunk.tokens)
+        self.last = chunk
+
+    def done(self) -> Collected:
+        """The generation whole, once every chunk was added."""
+        self.text, self.reasoning = "".join(self._parts), "".join(self._thinking)
+        return self
 
 
 async def collect(chunks: TokenStream) -> Collected:
     result = Collected()
-    parts: list[str] = []
     async with aclosing(chunks):
         async for chunk in chunks:
-            parts.append(chunk.text)
-            result.logprobs.extend(chunk.logprobs)
-            result.tokens.extend(chunk.tokens)
-            result.last = chunk
-    result.text = "".join(parts)
-    return result
+            result.add(chunk)
+    return result.done()
 
 
 def ndjson_line(body: dict[str, Any]) -> str:

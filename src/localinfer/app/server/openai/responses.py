@@ -76,6 +76,7 @@ class ChoiceShape(Protocol):
 
     def opening(self, index: int) -> dict[str, Any] | None: ...
     def content(self, index: int, text: str, logprobs: tuple[TokenLogprob, ...] = ()) -> dict[str, Any]: ...
+    def reasoning(self, index: int, text: str) -> dict[str, Any] | None: ...
     def tool_calls(self, index: int, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]: ...
     def finish(self, index: int, reason: str) -> dict[str, Any]: ...
 
@@ -111,6 +112,9 @@ async def sse_stream(
                     choice = shape.opening(index) or shape.content(index, "")
                     yield sse(header.chunk([choice], **extra, prompt_progress=dataclasses.asdict(chunk.progress)))
                     continue
+                thought = shape.reasoning(index, chunk.reasoning) if chunk.reasoning else None
+                if thought is not None:
+                    yield sse(header.chunk([thought], **extra))
                 if chunk.text or chunk.logprobs:
                     so_far = chunk.timings if chunk.finish_reason is None else None  # timings_per_token
                     shown = {"timings": timings_body(so_far)} if so_far is not None else {}

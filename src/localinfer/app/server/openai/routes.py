@@ -78,6 +78,10 @@ class _ChatShape:
         shown = chat_logprobs(logprobs) if self._with_logprobs else None
         return {"index": index, "delta": {"content": text} if text else {}, "logprobs": shown, "finish_reason": None}
 
+    def reasoning(self, index: int, text: str) -> dict[str, Any]:
+        """A piece of a reasoning model's thinking, as llama-server (and DeepSeek) streams it."""
+        return {"index": index, "delta": {"reasoning_content": text}, "logprobs": None, "finish_reason": None}
+
     def tool_calls(self, index: int, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
         """Each call as OpenAI streams it: its id, type and name with empty arguments, then the arguments."""
         deltas = []
@@ -120,6 +124,8 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
 
 def _chat_choice(index: int, result: Collected, with_logprobs: bool) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": result.text}
+    if result.reasoning:  # a reasoning model's thinking, as llama-server and DeepSeek answer it
+        message["reasoning_content"] = result.reasoning
     if result.last.tool_calls:
         message = {**message, "content": result.text or None, "tool_calls": tool_calls_body(result.last.tool_calls)}
     logprobs = chat_logprobs(result.logprobs) if with_logprobs else None
@@ -149,6 +155,9 @@ class _CompletionShape:
         shown = completion_logprobs(logprobs, self._offsets[index]) if self._with_logprobs else None
         self._offsets[index] += len(text)
         return {"index": index, "text": text, "logprobs": shown, "finish_reason": None}
+
+    def reasoning(self, index: int, text: str) -> None:
+        return None  # a text completion is raw text: no thinking is taken out of it
 
     def tool_calls(self, index: int, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
         return []  # text completions take no tools

@@ -12,6 +12,7 @@ from pydantic import Field
 from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias
+from localinfer.app.server.core.reasoning import requested_thinking, template_variables
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import ToolWire
 from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
@@ -26,6 +27,7 @@ from localinfer.types import (
     Priority,
     ResponseFormat,
     SamplingParams,
+    Thinking,
 )
 
 MAX_TOP_LOGPROBS = 20  # as OpenAI's top_logprobs and llama-server's n_probs
@@ -71,6 +73,7 @@ class MessageWire(_Wire):
     tool_calls: list[ToolCallWire] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    reasoning_content: str | None = None  # a reasoning model's thinking of an earlier turn, given back
 
     def to_core(self) -> ChatMessage:
         if isinstance(self.content, list):
@@ -85,6 +88,7 @@ class MessageWire(_Wire):
             tool_calls=tuple(c.to_core(i) for i, c in enumerate(self.tool_calls or ())),
             tool_call_id=self.tool_call_id,
             name=self.name,
+            reasoning=self.reasoning_content,
         )
 
 
@@ -175,6 +179,24 @@ class ChatCompletionBody(_SamplingWire):
     tool_choice: Literal["auto", "none", "required"] | NamedChoice | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    # a reasoning model's thinking (core/reasoning.py), as llama-server and vLLM take it
+    reasoning_format: str | None = None  # none: left in the answer; auto, deepseek: in reasoning_content
+    reasoning_effort: str | None = None  # given to the template; "none" turns thinking off (OpenAI's name)
+    reasoning_budget_tokens: int | None = None  # thinking tokens before its end is forced (-1: no limit)
+    thinking_budget_tokens: int | None = None  # llama-server's other name for it
+    chat_template_kwargs: dict[str, Any] | None = None  # more variables for the chat template (enable_thinking)
+
+    def _thinking(self) -> Thinking:
+        effort = self.reasoning_effort
+        budget = self.reasoning_budget_tokens
+        if budget is None:
+            budget = self.thinking_budget_tokens
+        return requested_thinking(
+            enabled=False if effort == "none" else None,
+            budget=budget,
+            effort=None if effort in (None, "none") else effort,
+            reasoning_format=self.reasoning_format,
+        )
 
     def _n_logprobs(self) -> int | None:
         if self.top_logprobs and not self.logprobs:
@@ -195,6 +217,8 @@ class ChatCompletionBody(_SamplingWire):
             tool_choice=tool_choice,
             keep_alive=keep_alive_seconds(self.keep_alive),
             priority=self.priority or "normal",
+            thinking=self._thinking(),
+            template_kwargs=template_variables(self.chat_template_kwargs),
         )
 
 
