@@ -41,7 +41,8 @@ def chat(server: Server, **fields: Any) -> dict[str, Any]:
     body = {"messages": QUESTION, "temperature": 0, "max_tokens": 24, **fields}
     reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
     assert reply.status_code == 200, reply.text
-    return reply.json()
+    answer: dict[str, Any] = reply.json()
+    return answer
 
 
 def raw(server: Server, prompt: str | list[int], n: int) -> str:
@@ -63,9 +64,9 @@ def tokens_of(server: Server, text: str) -> list[int]:
 
 
 def prompt_of(server: Server, **fields: Any) -> str:
-    return httpx.post(f"{server.url}/apply-template", json={"messages": QUESTION, **fields}, timeout=60).json()[
-        "prompt"
-    ]
+    body = {"messages": QUESTION, **fields}
+    prompt: str = httpx.post(f"{server.url}/apply-template", json=body, timeout=60).json()["prompt"]
+    return prompt
 
 
 def test_the_model_is_known_to_reason_from_its_file(server: Server) -> None:
