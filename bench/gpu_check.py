@@ -165,6 +165,13 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="gpu-check-"))
     out.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="gpu-check-home-"))
+    try:
+        return check(args, out, home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def check(args: argparse.Namespace, out: Path, home: Path) -> int:
     env = {
         "LOCALINFER_HOME": str(home),
         "LOCALINFER_CONFIG": str(home / "no-config.toml"),
