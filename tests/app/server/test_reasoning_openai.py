@@ -19,11 +19,10 @@ import pytest
 
 from localinfer.models.store import Manifest
 from tests.app.server.conftest import Server, serving
+from tests.app.server.thinking import QUESTION, budgeted, prompt_of, raw
 from tests.llama_cpp_tools import llama_server
 
 pytestmark = pytest.mark.model
-
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
@@ -45,30 +44,6 @@ def chat(server: Server, **fields: Any) -> dict[str, Any]:
     return answer
 
 
-def raw(server: Server, prompt: str | list[int], n: int) -> str:
-    """The text the model writes after ``prompt`` (greedy, ``n`` tokens)."""
-    return raw_tokens(server, prompt, n)[0]
-
-
-def raw_tokens(server: Server, prompt: str | list[int], n: int) -> tuple[str, list[int]]:
-    """The text and the tokens the model writes after ``prompt`` (text, or token ids), greedy, ``n`` tokens."""
-    body = {"prompt": prompt, "n_predict": n, "temperature": 0, "return_tokens": True}
-    answer = httpx.post(f"{server.url}/completion", json=body, timeout=120).json()
-    return answer["content"], answer["tokens"]
-
-
-def tokens_of(server: Server, text: str) -> list[int]:
-    body = {"content": text, "add_special": False, "parse_special": True}
-    tokens: list[int] = httpx.post(f"{server.url}/tokenize", json=body, timeout=60).json()["tokens"]
-    return tokens
-
-
-def prompt_of(server: Server, **fields: Any) -> str:
-    body = {"messages": QUESTION, **fields}
-    prompt: str = httpx.post(f"{server.url}/apply-template", json=body, timeout=60).json()["prompt"]
-    return prompt
-
-
 def test_the_model_is_known_to_reason_from_its_file(server: Server) -> None:
     assert prompt_of(server).endswith("<think>\n")
 
@@ -85,10 +60,7 @@ def test_a_reply_cut_while_thinking_has_all_of_it_as_reasoning_and_no_answer(ser
 def test_a_budget_ends_the_thinking_after_that_many_tokens_and_the_answer_follows(server: Server) -> None:
     budget, limit = 5, 24
     message = choice_of(chat(server, reasoning_budget_tokens=budget, max_tokens=limit))["message"]
-    thinking, thought = raw_tokens(server, prompt_of(server), budget)
-    assert message["reasoning_content"] == thinking.rstrip()
-    closed = tokens_of(server, prompt_of(server)) + thought + tokens_of(server, "</think>")
-    assert message["content"] == raw(server, closed, limit - budget - 1)
+    assert (message["reasoning_content"], message["content"]) == budgeted(server, budget, limit)
 
 
 def test_the_stream_sends_thinking_and_answer_apart_and_adds_up_to_the_whole_reply(server: Server) -> None:
@@ -167,7 +139,7 @@ def test_the_server_budget_applies_where_the_request_sets_none(
 def test_the_template_switch_renders_the_prompt_llama_server_renders(
     smollm2_think: Manifest, server: Server, tmp_path: Path
 ) -> None:
-    switch = {"chat_template_kwargs": {"enable_thinking": False}}
+    switch: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": False}}
     with llama_server(smollm2_think.path, tmp_path, "--jinja") as url:
         theirs = httpx.post(f"{url}/apply-template", json={"messages": QUESTION, **switch}, timeout=60).json()
     assert prompt_of(server, **switch) == theirs["prompt"]
