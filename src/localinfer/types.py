@@ -128,6 +128,10 @@ class ResponseFormat:
     type: Literal["text", "json_object", "json_schema", "grammar"] = "text"
     schema: dict[str, Any] | None = None
     grammar: str = ""
+    # JSON held to the answer of a reasoning model of these markers: its thinking comes first, free (opened by the
+    # prompt when ``thinking_open``, else by the model, or not at all)
+    after_thinking: ThinkingMarkers | None = None
+    thinking_open: bool = False
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localinfer.engine.reasoning import ReasoningSplitter, split_reasoning, trimmed
-from localinfer.types import ThinkingMarkers, TokenChunk, TokenStream, Usage
+from localinfer.engine.reasoning import ReasoningSplitter, chat_reply, split_reasoning, trimmed
+from localinfer.types import ThinkingMarkers, TokenChunk, TokenStream, Tool, Usage
 
 THINK = ThinkingMarkers("<think>", "</think>")
 
@@ -115,3 +115,36 @@ def test_the_stream_keeps_every_chunk_and_counts_the_thinking_tokens() -> None:
     assert "".join(c.reasoning for c in out) == "Hmm ok"
     assert "".join(c.text for c in out) == "\n\nYes."
     assert out[-1].usage == Usage(10, 6, reasoning_tokens=3)
+
+
+def _reply(texts: list[str], *, inside: bool) -> list[TokenChunk]:
+    """What ``chat_reply`` makes of a model that writes ``texts``, with a weather tool offered."""
+    chunks = [TokenChunk(t) for t in texts[:-1]] + [TokenChunk(texts[-1], finish_reason="stop", usage=Usage(5, 9))]
+
+    async def source() -> TokenStream:
+        for chunk in chunks:
+            yield chunk
+
+    async def run() -> list[TokenChunk]:
+        reply = chat_reply(source(), THINK, thinking_open=inside, separate=True, opening="", tools=[WEATHER])
+        return [chunk async for chunk in reply]
+
+    return asyncio.run(run())
+
+
+WEATHER = Tool("get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}})
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def test_a_call_the_model_quotes_while_thinking_is_not_taken_for_a_call() -> None:
+    out = _reply(["I could write ", CALL, " but no.</think>", "It is sunny."], inside=True)
+    assert out[-1].finish_reason == "stop" and out[-1].tool_calls == ()
+    assert CALL in "".join(c.reasoning for c in out)
+    assert "".join(c.text for c in out) == "It is sunny."
+
+
+def test_a_call_written_after_the_thinking_is_read() -> None:
+    out = _reply(["Paris, so", "</think>\n\n", CALL], inside=True)
+    assert out[-1].finish_reason == "tool_calls"
+    assert [(c.name, c.arguments) for c in out[-1].tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert "".join(c.reasoning for c in out) == "Paris, so" and "".join(c.text for c in out) == ""

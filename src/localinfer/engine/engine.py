@@ -49,10 +49,10 @@ from localinfer.engine.inflight import InFlight
 from localinfer.engine.memory import RAM, MachineMemory, plan_need
 from localinfer.engine.metrics import EngineMetrics
 from localinfer.engine.profiles import model_profile, trained_context
-from localinfer.engine.reasoning import opened_with, split_reasoning
+from localinfer.engine.reasoning import chat_reply
 from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
 from localinfer.engine.templates import RenderedPrompt, chat_template
-from localinfer.engine.tools import read_tool_calls, required_call
+from localinfer.engine.tools import required_call
 from localinfer.errors import (
     InvalidRequest,
     LocalInferError,
@@ -550,6 +550,11 @@ class Engine:
             options = dataclasses.replace(options, response_format=required_call(options, tools, request.tool_choice))
         markers = runner.backend.facts.thinking
         thinking = thinking_asked(request)
+        if markers is not None and thinking.enabled is not False and options.response_format.type.startswith("json"):
+            held = dataclasses.replace(  # the JSON is the answer: the thinking before it stays free
+                options.response_format, after_thinking=markers, thinking_open=rendered.thinking_open
+            )
+            options = dataclasses.replace(options, response_format=held)
         if markers is not None and thinking.budget is not None and thinking.enabled is not False:
             budget = ThinkingBudget(thinking.budget, markers, inside=rendered.thinking_open)
             options = dataclasses.replace(options, thinking_budget=budget)
@@ -560,12 +565,15 @@ class Engine:
             add_special=rendered.add_special,
             priority=request.priority,
         )
-        generated = self._generate(runner, generation, started)
-        if markers is not None and thinking.separate:
-            generated = split_reasoning(generated, markers, inside=rendered.thinking_open)
-        elif markers is not None and rendered.thinking_open:
-            generated = opened_with(generated, rendered.text[rendered.text.rfind(markers.open) :])
-        async with aclosing(read_tool_calls(generated, tools) if tools else generated) as chunks:
+        reply = chat_reply(
+            self._generate(runner, generation, started),
+            markers,
+            thinking_open=rendered.thinking_open,
+            separate=thinking.separate,
+            opening=rendered.text[rendered.text.rfind(markers.open) :] if markers is not None else "",
+            tools=tools,
+        )
+        async with aclosing(reply) as chunks:
             async for chunk in chunks:
                 yield chunk
 

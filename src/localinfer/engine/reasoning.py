@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
 from contextlib import aclosing
 
-from localinfer.types import ThinkingMarkers, TokenStream
+from localinfer.engine.tools import read_tool_calls
+from localinfer.types import ThinkingMarkers, TokenStream, Tool
 
 
 class _Part(enum.Enum):
@@ -130,3 +132,23 @@ async def opened_with(chunks: TokenStream, opening: str) -> TokenStream:
             if opening and (chunk.text or chunk.finish_reason is not None):
                 chunk, opening = dataclasses.replace(chunk, text=opening + chunk.text), ""
             yield chunk
+
+
+def chat_reply(
+    chunks: TokenStream,
+    markers: ThinkingMarkers | None,
+    *,
+    thinking_open: bool,
+    separate: bool,
+    opening: str,
+    tools: Sequence[Tool],
+) -> TokenStream:
+    """A chat's generated ``chunks`` as its reply: a reasoning model's (of ``markers``) thinking taken out first
+    (``separate``), or left in the answer, opened as the prompt opened it (``opening``, when ``thinking_open``);
+    then the calls to ``tools`` read from the answer alone, so JSON the model quotes while thinking is never taken
+    for a call."""
+    if markers is not None and separate:
+        chunks = split_reasoning(chunks, markers, inside=thinking_open)
+    elif markers is not None and thinking_open:
+        chunks = opened_with(chunks, opening)
+    return read_tool_calls(chunks, tools) if tools else chunks

@@ -149,18 +149,18 @@ class ToolCallReader:
         calls = self._calls(held)
         if not calls:
             return held, ()
-        marker = _first_marker(held)
-        return (held[:marker] if marker is not None else ""), calls
+        before = held[: _first_marker(held) or 0]
+        return (before if before.strip() else ""), calls  # spaces before a call are not an answer
 
     def _safe_end(self) -> int:
         """Where the text may still turn into a call: from the first marker, from a reply that began with ``{``,
         or from a tail that could be the start of a marker."""
         text = self._text
-        if text.lstrip().startswith("{"):
+        if not text.strip() or text.lstrip().startswith("{"):  # a call may yet come: not even its spaces are sent
             return self._sent
         marker = _first_marker(text)
         if marker is not None:
-            return marker
+            return marker if text[:marker].strip() else self._sent
         for length in range(min(len(text), max(len(m) for m in MARKERS)), 0, -1):
             if any(m.startswith(text[-length:]) for m in MARKERS):
                 return len(text) - length

@@ -94,8 +94,11 @@ class ConstraintCompiler:
         source = response_format.grammar if is_grammar else _schema_text(response_format)
         tokenizer = self.tokenizer()
         try:
+            thinking = None if is_grammar else self._thinking_tokens(response_format)
             if is_grammar:
                 grammar = _from_gbnf(source)
+            elif thinking is not None:
+                grammar = _after_thinking(source, *thinking, inside=response_format.thinking_open)
             else:
                 grammar = llguidance.LLMatcher.grammar_from_json_schema(source, overrides=JSON_OPTIONS)
             matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=_limits())
@@ -111,6 +114,35 @@ class ConstraintCompiler:
         if constraint.error:
             raise refused(constraint.error)
         return constraint
+
+    def _thinking_tokens(self, response_format: ResponseFormat) -> tuple[int, int] | None:
+        """The ids of the thinking markers the JSON comes after, when each is one token (else None: the JSON is
+        held from the first token, as for a model that does not think)."""
+        markers = response_format.after_thinking
+        if markers is None:
+            return None
+        ids = [_tokens(self._vocab, marker) for marker in (markers.open, markers.close)]
+        return (ids[0][0], ids[1][0]) if all(len(i) == 1 for i in ids) else None
+
+
+def _tokens(vocab: lc.llama_vocab_p, text: str) -> list[int]:
+    data = text.encode("utf-8")
+    buf = (lc.llama_token * (len(data) + 8))()
+    n = lc.llama_tokenize(vocab, data, len(data), buf, len(data) + 8, False, True)
+    return list(buf[: max(n, 0)])
+
+
+def _after_thinking(schema: str, open_id: int, close_id: int, *, inside: bool) -> str:
+    """llguidance's grammar for JSON matching ``schema`` after a reasoning model's thinking: any text up to the
+    closing marker (its token), which the prompt opened (``inside``) or the model may open, then the JSON. The
+    markers are written as their token ids: llguidance keeps such tokens out of the text it matches."""
+    options = {**json.loads(schema), "x-guidance": JSON_OPTIONS}
+    thinking = f"THOUGHT <[{close_id}]>" if inside else f"(<[{open_id}]> THOUGHT <[{close_id}]>)?"
+    return llguidance.grammar_from(
+        "lark",
+        f"%llguidance {{}}\nstart: {thinking} SPACE answer\nTHOUGHT: /(?s:.*)/\nSPACE: /[ \\t\\n]*/\n"
+        f"answer: %json {json.dumps(options)}\n",
+    )
 
 
 def _from_gbnf(text: str) -> str:
