@@ -14,10 +14,12 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
 from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
+from localinfer.app.server.core.reasoning import template_variables
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import MAX_TOOLS, ToolWire
 from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
 from localinfer.app.server.limits import parse_json
+from localinfer.app.server.ollama.think import checked, requested
 from localinfer.errors import InvalidRequest
 from localinfer.types import (
     ChatMessage,
@@ -133,7 +135,7 @@ class _GenerationBody(ModelBody):
     format: str | dict[str, Any] | None = None
     options: Options = Field(default_factory=Options)
     keep_alive: str | int | float | None = None  # how long the model stays loaded after this request
-    think: bool | str | None = None  # accepted; these models do not think aloud
+    think: bool | str | None = None  # a reasoning model's thinking: on, off, or a level (ollama/think.py)
     priority: Priority | None = None  # localinfer's: "high" goes ahead of queued requests (FIM as you type)
     tools: list[ToolWire] | None = Field(None, max_length=MAX_TOOLS)
 
@@ -145,6 +147,19 @@ class _GenerationBody(ModelBody):
 
     def _options(self) -> GenerationOptions:
         return self.options.to_core(self._response_format())
+
+    def _chat(self, model: str, messages: tuple[ChatMessage, ...], tools: tuple[Tool, ...] = ()) -> ChatRequest:
+        """A chat of ``messages`` with this body's settings and thinking (over the server's defaults)."""
+        return ChatRequest(
+            model=model,
+            messages=messages,
+            options=self._options(),
+            tools=tools,
+            keep_alive=self.keep_alive_seconds(),
+            priority=self.priority or "normal",
+            thinking=requested(self.think),
+            template_kwargs=template_variables(None),
+        )
 
     def _tools(self) -> tuple[Tool, ...]:
         """``tools`` as Ollama takes them: OpenAI's ``{"type": "function", "function": {...}}``."""
@@ -176,6 +191,7 @@ class ChatMessageWire(_Wire):
     images: list[str] | None = None
     tool_calls: list[ToolCallBody] | None = None
     tool_name: str | None = None  # a tool turn: the function that answered
+    thinking: str | None = None  # an assistant turn's thinking, given back (the template decides what it keeps)
 
     def to_core(self, index: int) -> ChatMessage:
         if self.images:
@@ -184,7 +200,9 @@ class ChatMessageWire(_Wire):
             ToolCall(f"call_{index}_{n}", c.function.name, c.function.arguments)
             for n, c in enumerate(self.tool_calls or ())
         )
-        return ChatMessage(role=self.role, content=self.content, tool_calls=calls, name=self.tool_name)
+        return ChatMessage(
+            role=self.role, content=self.content, tool_calls=calls, name=self.tool_name, reasoning=self.thinking
+        )
 
 
 class ChatBody(_GenerationBody):
@@ -193,15 +211,7 @@ class ChatBody(_GenerationBody):
     messages: list[ChatMessageWire] = Field(default_factory=list)
 
     def to_core(self, model: str) -> ChatRequest:
-        messages = tuple(m.to_core(i) for i, m in enumerate(self.messages))
-        return ChatRequest(
-            model=model,
-            messages=messages,
-            options=self._options(),
-            tools=self._tools(),
-            keep_alive=self.keep_alive_seconds(),
-            priority=self.priority or "normal",
-        )
+        return self._chat(model, tuple(m.to_core(i) for i, m in enumerate(self.messages)), self._tools())
 
 
 class GenerateBody(_GenerationBody):
@@ -217,6 +227,7 @@ class GenerateBody(_GenerationBody):
 
     def check(self) -> None:
         """Refuse what would change the answer and cannot be honoured."""
+        checked(self.think)
         if self.images:
             raise InvalidRequest("images are not supported: no model here can see them", param="images")
         if self.template:
@@ -232,10 +243,7 @@ class GenerateBody(_GenerationBody):
     def chat(self, model: str) -> ChatRequest:
         """The prompt (and system text) through the model's chat template, as Ollama does when ``raw`` is false."""
         system = (ChatMessage("system", self.system),) if self.system else ()
-        messages = (*system, ChatMessage("user", self.prompt))
-        return ChatRequest(
-            model, messages, self._options(), keep_alive=self.keep_alive_seconds(), priority=self.priority or "normal"
-        )
+        return self._chat(model, (*system, ChatMessage("user", self.prompt)))
 
     def infill(self, model: str) -> InfillRequest:
         """Fill in the middle: ``prompt`` is the text before the gap, ``suffix`` the text after it."""
