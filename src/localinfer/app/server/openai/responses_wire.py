@@ -13,10 +13,18 @@ extensions (``top_k``, ``min_p``, ``seed``, ``stop``, ``grammar``...) are read a
 What cannot be honoured is a 400 naming the field: ``previous_response_id`` and ``conversation`` (no response or
 conversation is kept), ``background``, ``prompt`` (stored prompts), built-in tools (``web_search``,
 ``file_search``...), images, files and audio in the input, and other item types. ``store`` is accepted and ignored:
-nothing is stored, and the answer does not depend on it (a later ``previous_response_id`` gets its 400). Reasoning
-items a client sends back are skipped, as chat templates drop earlier turns' thinking; ``reasoning`` and
-``include`` (extra data of items this server never produces) are accepted and ignored, except ``include`` asking
-for log-probabilities, a 400.
+nothing is stored, and the answer does not depend on it (a later ``previous_response_id`` gets its 400).
+``include`` (extra data of items this server never produces) is accepted and ignored, except ``include`` asking for
+log-probabilities, a 400.
+
+A reasoning model's thinking (core/reasoning.py): ``reasoning.effort`` is the chat route's ``reasoning_effort``
+(``"none"`` turns thinking off; any other effort is given to the template, as llama-server gives it);
+``reasoning.summary`` is accepted and ignored (no summary is written: the thinking comes whole as the reasoning
+item's content). The chat route's extensions apply too (``reasoning_format``, ``reasoning_budget_tokens``,
+``chat_template_kwargs``...), as llama-server passes them through. A ``reasoning`` item a client sends back (an
+earlier turn's thinking) goes back as that assistant turn's thinking, for the template to keep or drop, as
+llama-server gives it back: its ``reasoning_text`` content (an item without any, one OpenAI's API encrypted, adds
+nothing).
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from pydantic import Discriminator, Field, Tag
 from localinfer.app.server.core.tools import FunctionWire, ToolWire
 from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
 from localinfer.app.server.openai.tools_wire import CalledFunctionWire, NamedChoice, tools_to_core
-from localinfer.app.server.openai.wire import _SamplingWire
+from localinfer.app.server.openai.wire import ReasoningWire, _SamplingWire
 from localinfer.errors import InvalidRequest
 from localinfer.types import ChatMessage, ChatRequest, ResponseFormat, ToolCall
 
@@ -95,6 +103,20 @@ class FunctionCallOutputItem(_Wire):
 
 class ReasoningItem(_Wire):
     type: Literal["reasoning"]
+    content: list[ContentPart] | None = None  # reasoning_text parts: the thinking
+    summary: list[ContentPart] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(part.text or "" for part in self.content or () if part.type == "reasoning_text")
+
+
+class ReasoningRequest(_Wire):
+    """The Responses API's ``reasoning`` request field."""
+
+    effort: str | None = None
+    summary: str | None = None  # a summary of the thinking: none is written
+    generate_summary: str | None = None  # its older name
 
 
 class OtherItem(_Wire):
@@ -144,10 +166,16 @@ def input_messages(items: list[InputItem]) -> list[ChatMessage]:
         elif isinstance(item, FunctionCallOutputItem):
             text = _text(item.output, f"{param}.output")
             messages.append(ChatMessage("tool", text, tool_call_id=item.call_id, name=names.get(item.call_id)))
-        elif isinstance(item, OtherItem):
+        elif isinstance(item, ReasoningItem):
+            if not item.text:
+                continue  # nothing to give back (OpenAI's encrypted thinking)
+            if follows_assistant:
+                messages[-1] = dataclasses.replace(messages[-1], reasoning=item.text)
+            else:  # the turn it starts: its answer and calls join it
+                messages.append(ChatMessage("assistant", "", reasoning=item.text))
+        else:
             kind = item.type or "without a type"
             raise InvalidRequest(f"input items of type '{kind}' are not supported", param=param)
-        # a reasoning item: an earlier turn's thinking, which chat templates drop
     return messages
 
 
@@ -203,8 +231,9 @@ class TextWire(_Wire):
     format: TextFormatWire = Field(default_factory=TextFormatWire)
 
 
-class ResponsesBody(_SamplingWire):
+class ResponsesBody(_SamplingWire, ReasoningWire):
     input: str | list[InputItem]
+    reasoning: ReasoningRequest | None = None
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     tools: list[ToolItem] | None = None
@@ -278,7 +307,13 @@ class ResponsesBody(_SamplingWire):
             tool_choice=tool_choice,
             keep_alive=keep_alive_seconds(self.keep_alive),
             priority=self.priority or "normal",
+            thinking=self._thinking(self.reasoning.effort if self.reasoning else None),
+            template_kwargs=self._template_variables(),
         )
+
+    def _reasoning_echoed(self) -> dict[str, Any]:
+        asked = self.reasoning or ReasoningRequest()
+        return {"effort": asked.effort, "summary": asked.summary or asked.generate_summary}
 
     def echoed(self) -> dict[str, Any]:
         """The request's fields a response object repeats, as OpenAI's does."""
@@ -288,6 +323,7 @@ class ResponsesBody(_SamplingWire):
             "metadata": self.metadata or {},
             "parallel_tool_calls": self.parallel_tool_calls,
             "previous_response_id": None,
+            "reasoning": self._reasoning_echoed(),
             "temperature": self.temperature,
             "text": {"format": self.text.format.echoed()},
             "tool_choice": self.tool_choice or "auto",

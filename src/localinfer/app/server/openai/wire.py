@@ -171,23 +171,20 @@ class _SamplingWire(_Wire):
         return self.stream_options is not None and self.stream_options.include_usage
 
 
-class ChatCompletionBody(_SamplingWire):
-    messages: list[MessageWire] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    response_format: ResponseFormatWire | None = None
-    tools: list[ToolWire] | None = None
-    tool_choice: Literal["auto", "none", "required"] | NamedChoice | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    # a reasoning model's thinking (core/reasoning.py), as llama-server and vLLM take it
+class ReasoningWire(_Wire):
+    """A reasoning model's thinking (core/reasoning.py), as llama-server and vLLM take it on chat requests (and
+    llama-server on the Responses API's, which it turns into chat requests)."""
+
     reasoning_format: str | None = None  # none: left in the answer; auto, deepseek: in reasoning_content
     reasoning_effort: str | None = None  # given to the template; "none" turns thinking off (OpenAI's name)
     reasoning_budget_tokens: int | None = None  # thinking tokens before its end is forced (-1: no limit)
     thinking_budget_tokens: int | None = None  # llama-server's other name for it
     chat_template_kwargs: dict[str, Any] | None = None  # more variables for the chat template (enable_thinking)
 
-    def _thinking(self) -> Thinking:
-        effort = self.reasoning_effort
+    def _thinking(self, effort: str | None = None) -> Thinking:
+        """The thinking asked for; ``effort`` (the Responses API's ``reasoning.effort``) in place of
+        ``reasoning_effort`` when given. Raises InvalidRequest for a reasoning format we do not have."""
+        effort = effort if effort is not None else self.reasoning_effort
         budget = self.reasoning_budget_tokens
         if budget is None:
             budget = self.thinking_budget_tokens
@@ -197,6 +194,19 @@ class ChatCompletionBody(_SamplingWire):
             effort=None if effort in (None, "none") else effort,
             reasoning_format=self.reasoning_format,
         )
+
+    def _template_variables(self) -> dict[str, Any]:
+        return template_variables(self.chat_template_kwargs)
+
+
+class ChatCompletionBody(_SamplingWire, ReasoningWire):
+    messages: list[MessageWire] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    response_format: ResponseFormatWire | None = None
+    tools: list[ToolWire] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedChoice | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
     def _n_logprobs(self) -> int | None:
         if self.top_logprobs and not self.logprobs:
@@ -218,7 +228,7 @@ class ChatCompletionBody(_SamplingWire):
             keep_alive=keep_alive_seconds(self.keep_alive),
             priority=self.priority or "normal",
             thinking=self._thinking(),
-            template_kwargs=template_variables(self.chat_template_kwargs),
+            template_kwargs=self._template_variables(),
         )
 
 
