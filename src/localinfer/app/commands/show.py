@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from localinfer.config import Settings
     from localinfer.models.metadata import FolderFacts, GGUFInfo
     from localinfer.models.store import Manifest
+    from localinfer.types import ThinkingMarkers
 
 _MB = 1_000_000
 _NO_TEMPLATE = "no chat template: a fallback is used (ChatML or a plain transcript)"
@@ -56,12 +57,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if folder is None:
         info = metadata.read_gguf_info(manifest.path)
+        thinking = metadata.read_gguf_thinking(manifest.path)
         if args.json:
-            print(json.dumps(as_json(manifest, info) | lineage_json(settings, manifest), indent=2))
+            print(json.dumps(as_json(manifest, info, thinking) | lineage_json(settings, manifest), indent=2))
         else:
-            print(render(manifest, info) + lineage_text(settings, manifest))
+            print(render(manifest, info, thinking) + lineage_text(settings, manifest))
     else:
-        print(json.dumps(folder_as_json(manifest, folder), indent=2) if args.json else render_folder(manifest, folder))
+        thinking = metadata.read_folder_thinking(manifest.path)
+        shown = folder_as_json(manifest, folder, thinking) if args.json else None
+        print(json.dumps(shown, indent=2) if shown is not None else render_folder(manifest, folder, thinking))
     return 0
 
 
@@ -75,12 +79,24 @@ def _resolve(settings: Settings, name: str) -> Manifest:
     return ModelLibrary.from_settings(settings).resolve(name)
 
 
-def capabilities(info: GGUFInfo | FolderFacts) -> list[str]:
-    """What the model can be asked to do: always ``completion`` and ``chat``, and ``insert`` when it has FIM."""
-    return ["completion", "chat", *(["insert"] if isinstance(info, metadata.GGUFInfo) and info.fim else [])]
+def capabilities(info: GGUFInfo | FolderFacts, thinking: ThinkingMarkers | None = None) -> list[str]:
+    """What the model can be asked to do: always ``completion`` and ``chat``, ``insert`` when it has FIM, and
+    ``thinking`` for a reasoning model (its file's markers, ``thinking``)."""
+    fim = isinstance(info, metadata.GGUFInfo) and info.fim
+    return ["completion", "chat", *(["insert"] if fim else []), *(["thinking"] if thinking else [])]
 
 
-def as_json(manifest: Manifest, info: GGUFInfo) -> dict[str, Any]:
+def _thinking_row(thinking: ThinkingMarkers | None) -> list[tuple[str, str | None]]:
+    if thinking is None:
+        return []
+    return [("thinking", f"reasons before it answers, between {thinking.open} and {thinking.close}")]
+
+
+def _markers_json(thinking: ThinkingMarkers | None) -> list[str] | None:
+    return [thinking.open, thinking.close] if thinking else None
+
+
+def as_json(manifest: Manifest, info: GGUFInfo, thinking: ThinkingMarkers | None = None) -> dict[str, Any]:
     """The facts ``render`` shows, as raw values (None where the file does not state one)."""
     return {
         "name": manifest.name,
@@ -96,9 +112,10 @@ def as_json(manifest: Manifest, info: GGUFInfo) -> dict[str, Any]:
         "block_count": info.block_count,
         "head_count": info.head_count,
         "head_count_kv": info.head_count_kv,
-        "capabilities": capabilities(info),
+        "capabilities": capabilities(info, thinking),
         "has_chat_template": info.has_chat_template,
         "fim": info.fim,
+        "thinking_markers": _markers_json(thinking),
         "license": info.license,
         "source": manifest.source,
         "split_count": info.split_count,
@@ -106,7 +123,7 @@ def as_json(manifest: Manifest, info: GGUFInfo) -> dict[str, Any]:
     }
 
 
-def folder_as_json(manifest: Manifest, facts: FolderFacts) -> dict[str, Any]:
+def folder_as_json(manifest: Manifest, facts: FolderFacts, thinking: ThinkingMarkers | None = None) -> dict[str, Any]:
     """The facts ``render_folder`` shows, as raw values (None where the config does not state one)."""
     return {
         "name": manifest.name,
@@ -120,14 +137,15 @@ def folder_as_json(manifest: Manifest, facts: FolderFacts) -> dict[str, Any]:
         "head_count": facts.head_count,
         "head_count_kv": facts.head_count_kv,
         "vocab_size": facts.vocab_size,
-        "capabilities": capabilities(facts),
+        "capabilities": capabilities(facts, thinking),
         "has_chat_template": facts.has_chat_template,
+        "thinking_markers": _markers_json(thinking),
         "source": manifest.source,
         "files": _files_json(manifest),
     }
 
 
-def render(manifest: Manifest, info: GGUFInfo) -> str:
+def render(manifest: Manifest, info: GGUFInfo, thinking: ThinkingMarkers | None = None) -> str:
     """The facts as indented sections (Model, Capabilities, License, Source, Files); unknown facts are left out."""
     model: list[tuple[str, str | None]] = [
         ("name", manifest.name),
@@ -144,10 +162,11 @@ def render(manifest: Manifest, info: GGUFInfo) -> str:
     caps: list[tuple[str, str | None]] = [("completion", None), ("chat", chat)]
     if info.fim:
         caps.append(("insert (FIM)", "fill-in-the-middle tokens"))
+    caps += _thinking_row(thinking)
     return _layout(manifest, model, caps, info.license or "not stated in the file")
 
 
-def render_folder(manifest: Manifest, facts: FolderFacts) -> str:
+def render_folder(manifest: Manifest, facts: FolderFacts, thinking: ThinkingMarkers | None = None) -> str:
     """A folder model's facts in ``render``'s sections, less License (configs do not state one)."""
     model: list[tuple[str, str | None]] = [
         ("name", manifest.name),
@@ -162,7 +181,7 @@ def render_folder(manifest: Manifest, facts: FolderFacts) -> str:
         ("vocabulary size", _str_or_none(facts.vocab_size)),
     ]
     chat = "the folder has a chat template" if facts.has_chat_template else _NO_TEMPLATE
-    return _layout(manifest, model, [("completion", None), ("chat", chat)], None)
+    return _layout(manifest, model, [("completion", None), ("chat", chat), *_thinking_row(thinking)], None)
 
 
 def _layout(

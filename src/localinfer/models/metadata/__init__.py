@@ -30,7 +30,9 @@ if TYPE_CHECKING:
         read_gguf_info,
         read_gguf_metadata,
         read_gguf_tensors,
+        read_gguf_thinking,
     )
+    from localinfer.models.metadata.hf import read_folder_thinking
 
 _HOMES = {
     "FolderFacts": "folder",
@@ -45,6 +47,8 @@ _HOMES = {
     "read_gguf_info": "gguf",
     "read_gguf_metadata": "gguf",
     "read_gguf_tensors": "gguf",
+    "read_gguf_thinking": "gguf",
+    "read_folder_thinking": "hf",
 }
 
 __all__ = [
@@ -57,9 +61,11 @@ __all__ = [
     "folder_format",
     "read_chat_template",
     "read_folder_facts",
+    "read_folder_thinking",
     "read_gguf_info",
     "read_gguf_metadata",
     "read_gguf_tensors",
+    "read_gguf_thinking",
 ]
 
 

@@ -23,6 +23,8 @@ from typing import NamedTuple, TypeVar
 import gguf
 
 from localinfer.errors import ModelLoadError, ModelNotFound
+from localinfer.models.metadata.thinking import KNOWN_MARKERS, thinking_markers
+from localinfer.types import ThinkingMarkers
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ _FIM_KEY_SETS = (
     ("tokenizer.ggml.prefix_token_id", "tokenizer.ggml.suffix_token_id", "tokenizer.ggml.middle_token_id"),
 )
 _CHAT_TEMPLATE = "tokenizer.chat_template"
+_TOKENS = "tokenizer.ggml.tokens"
 
 Scalar = int | float | bool | str
 _T = TypeVar("_T")
@@ -127,6 +130,7 @@ class _Header:
         self.pos = 0
         self.endian = endian
         self._structs = {fmt: struct.Struct(endian + fmt) for fmt in "BbHhIifd?Qq"}
+        self.tokens_found: frozenset[bytes] = frozenset()  # of the texts looked for, those in the vocabulary
 
     def unpack(self, fmt: str) -> int | float | bool:
         st = self._structs[fmt]
@@ -168,6 +172,31 @@ class _Header:
         if fmt is None:
             raise ValueError(f"unknown metadata value type {vtype}")
         return self.unpack(fmt)
+
+    def strings_among(self, wanted: frozenset[bytes]) -> frozenset[bytes]:
+        """Read an array, keeping those of its strings that are in ``wanted`` (none for an array of others)."""
+        start = self.pos
+        if self.u32() != _STRING:
+            self.pos = start
+            self.skip_array()
+            return frozenset()
+        count = self.u64()
+        lengths = {len(text) for text in wanted}
+        found = set()
+        q = self._structs["Q"]
+        buf, pos = self.buf, self.pos
+        for _ in range(count):
+            if pos + 8 > len(buf):
+                raise _Truncated
+            n = q.unpack_from(buf, pos)[0]
+            pos += 8
+            if n in lengths and buf[pos : pos + n] in wanted:
+                found.add(buf[pos : pos + n])
+            pos += n
+        if pos > len(buf):
+            raise _Truncated
+        self.pos = pos
+        return frozenset(found)
 
     def skip_array(self) -> None:
         etype = self.u32()
@@ -227,6 +256,27 @@ def read_chat_template(path: Path) -> str | None:
     return _read(Path(path), _parse_chat_template)
 
 
+def read_gguf_thinking(path: Path) -> ThinkingMarkers | None:
+    """How the model of the GGUF file at ``path`` marks its thinking, from its chat template and its vocabulary (a
+    text is one token when the token list holds it), as metadata/thinking.py decides; None for a model that does
+    not reason. The model is not loaded. Raises what ``read_chat_template`` raises."""
+    return _read(Path(path), _parse_thinking)
+
+
+def _parse_thinking(path: Path, buf: mmap.mmap, size: int) -> ThinkingMarkers | None:
+    wanted = frozenset(text.encode() for markers in KNOWN_MARKERS for text in (markers.open, markers.close))
+    try:
+        header, _, meta = _read_metadata(path, buf, tokens_among=wanted)
+    except _Truncated:
+        raise _truncated(path, size, None) from None
+    except (ValueError, struct.error, UnicodeDecodeError) as exc:
+        raise _unreadable(path, exc) from exc
+    template = meta.get(_CHAT_TEMPLATE)
+    return thinking_markers(
+        template if isinstance(template, str) else None, lambda t: t.encode() in header.tokens_found
+    )
+
+
 def _read(path: Path, parse: Callable[[Path, mmap.mmap, int], _T]) -> _T:
     """Open ``path``, check it is a GGUF file and hand its memory map to ``parse``; errors as read_gguf_info's."""
     try:
@@ -284,10 +334,13 @@ def _parse_chat_template(path: Path, buf: mmap.mmap, size: int) -> str | None:
     return template if isinstance(template, str) else None
 
 
-def _read_metadata(path: Path, buf: mmap.mmap) -> tuple[_Header, int, dict[str, Scalar | None]]:
+def _read_metadata(
+    path: Path, buf: mmap.mmap, tokens_among: frozenset[bytes] = frozenset()
+) -> tuple[_Header, int, dict[str, Scalar | None]]:
     """Read the header up to the tensor table: the cursor (left at the table), the tensor count, the metadata.
 
-    Arrays are skipped and read as None. Raises _Truncated, ValueError or struct.error for a damaged
+    Arrays are skipped and read as None; the cursor's ``tokens_found`` holds those of ``tokens_among`` that are
+    tokens of the vocabulary. Raises _Truncated, ValueError or struct.error for a damaged
     header, and ModelLoadError for a format version too old to load.
     """
     header = _Header(buf, _byte_order(buf))
@@ -304,7 +357,12 @@ def _read_metadata(path: Path, buf: mmap.mmap) -> tuple[_Header, int, dict[str, 
     meta: dict[str, Scalar | None] = {}
     for _ in range(n_kv):
         key = header.string()
-        meta[key] = header.value(header.u32())
+        vtype = header.u32()
+        if key == _TOKENS and tokens_among and vtype == _ARRAY:
+            header.tokens_found = header.strings_among(tokens_among)
+            meta[key] = None
+        else:
+            meta[key] = header.value(vtype)
     return header, n_tensors, meta
 
 

@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from localinfer.models.metadata.thinking import thinking_markers
+from localinfer.types import ThinkingMarkers
+
 
 def read_json(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``, or ``{}`` when it is missing, unreadable or not an object."""
@@ -53,6 +56,13 @@ def added_token_texts(path: Path, tokenizer: Mapping[str, Any]) -> set[str]:
     tokens = read_json(path / "tokenizer.json").get("added_tokens") or []
     texts.update(str(t["content"]) for t in tokens if isinstance(t, dict) and t.get("content"))
     return texts
+
+
+def read_folder_thinking(path: Path) -> ThinkingMarkers | None:
+    """How the model of the folder at ``path`` marks its thinking, from its tokenizer files' chat template and
+    added tokens, as metadata/thinking.py decides; None for a model that does not reason (or has no such files)."""
+    tokenizer = read_json(path / "tokenizer_config.json")
+    return thinking_markers(chat_template(path, tokenizer), added_token_texts(path, tokenizer).__contains__)
 
 
 def has_chatml_tokens(texts: set[str]) -> bool:
