@@ -1,6 +1,11 @@
 """What llama-server says about itself: /props (the model, its context and template), /slots (what each slot is
 doing), /metrics (Prometheus text). A model is named by ``?model=``, else the default one; never by a path: a
-client is told the model's name where llama-server puts its file's path."""
+client is told the model's name where llama-server puts its file's path.
+
+For a reasoning model, /props says what llama-server says: ``chat_template_caps`` with its template's thinking
+capabilities (llamacpp/template_caps.py; llama-server's other capabilities, about tools and content, are not
+listed), and its default settings' ``chat_format``, ``reasoning_format``, ``reasoning_in_content`` and
+``generation_prompt`` as a ``/completion`` is served (raw text: no thinking taken out), whatever the model."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from localinfer import __version__
 from localinfer.app.server.core.app_state import engine_of
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.limits import FastJSONRoute
+from localinfer.app.server.llamacpp.template_caps import reasoning_caps
 from localinfer.app.server.llamacpp.wire import CompletionBody
 from localinfer.backends.base import SlotInfo
 from localinfer.errors import NotSupported, QueueFull
@@ -25,7 +31,8 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"  # the format gener
 def _default_params(n_ctx: int) -> dict[str, Any]:
     """What a /completion that sets nothing is served with."""
     defaults = CompletionBody(prompt="")
-    return defaults.settings(defaults.options(), n_ctx)
+    raw_text = {"chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False}
+    return {**defaults.settings(defaults.options(), n_ctx), **raw_text, "generation_prompt": ""}
 
 
 def _slot(slot: SlotInfo) -> dict[str, Any]:
@@ -50,7 +57,8 @@ def _slot(slot: SlotInfo) -> dict[str, Any]:
 @router.get("/props")
 async def props(request: Request, model: str | None = None) -> dict[str, Any]:
     name = requested_model(request, model)
-    facts = await engine_of(request).facts(name)
+    engine = engine_of(request)
+    facts = await engine.facts(name)
     idle = SlotInfo(id=0, n_ctx=facts.n_ctx, is_processing=False)
     return {
         "default_generation_settings": {**_slot(idle), "params": _default_params(facts.n_ctx)},
@@ -59,6 +67,7 @@ async def props(request: Request, model: str | None = None) -> dict[str, Any]:
         "model_path": name,
         "modalities": {"vision": False, "audio": False},
         "chat_template": facts.chat_template or "",
+        "chat_template_caps": await reasoning_caps(engine, name, facts),
         "bos_token": facts.bos_token,
         "eos_token": facts.eos_token,
         "build_info": f"localinfer {__version__}",
