@@ -1,13 +1,20 @@
 """Anthropic's message body and its SSE stream, built from core token chunks as llama-server's
 ``to_json_anthropic`` and ``to_json_anthropic_stream`` build them (tools/server/server-task.cpp).
 
-A message's ``content`` is a ``text`` block (when there is text) followed by one ``tool_use`` block per call;
+A message's ``content`` is a ``thinking`` block (a reasoning model's thinking, when it thought), a ``text`` block
+(when there is text), then one ``tool_use`` block per call;
 ``stop_reason`` is ``end_turn``, ``max_tokens``, ``stop_sequence`` (one of the request's ``stop_sequences`` ended
 it, named in ``stop_sequence``) or ``tool_use``. ``usage.input_tokens`` counts the prompt tokens computed for this
-request, ``cache_read_input_tokens`` those reused from the cache: the prompt is their sum, as in Anthropic's API.
+request, ``cache_read_input_tokens`` those reused from the cache: the prompt is their sum, as in Anthropic's API;
+``output_tokens`` counts the thinking and the answer. A reply cut while thinking has only its thinking block.
+
+A thinking block's ``signature`` is ``""``, as llama-server sends it: Anthropic's is an opaque proof that its
+servers wrote the thinking; nothing here signs, and a thinking block given back is read as it is (wire.py).
 
 A stream is ``message_start``, ``ping``, then per block ``content_block_start``, ``content_block_delta``
-(``text_delta``; ``input_json_delta`` for a call's input, whole in one delta) and ``content_block_stop``, then
+(``thinking_delta`` as the model thinks, then one ``signature_delta``; ``text_delta``; ``input_json_delta`` for a
+call's input, whole in one delta) and ``content_block_stop``, one block after the other as Anthropic streams them
+(llama-server opens the text block before it closes the thinking block), then
 ``message_delta`` (``stop_reason``, ``stop_sequence`` and the usage) and ``message_stop``. The usage is known once
 the answer ends, so ``message_start`` says 0 tokens and ``message_delta`` carries every count (the anthropic SDKs
 take its ``input_tokens`` too). An error after the stream began ends it with an ``error`` event in Anthropic's
@@ -27,6 +34,8 @@ from localinfer.app.server.core.streams import Collected
 from localinfer.app.server.errors import anthropic_error
 from localinfer.errors import LocalInferError
 from localinfer.types import TokenChunk, TokenStream, ToolCall, Usage
+
+SIGNATURE = ""  # a thinking block's: nothing here signs what a model thought (see the module's doc)
 
 
 def usage_body(usage: Usage | None) -> dict[str, int]:
@@ -54,10 +63,13 @@ class Reply:
     model: str
     stop_sequences: tuple[str, ...] = ()
     single_call: bool = False
+    shows_thinking: bool = True  # False: thinking blocks without their text (``display: "omitted"``)
 
     @classmethod
-    def new(cls, model: str, stop_sequences: tuple[str, ...] = (), single_call: bool = False) -> Reply:
-        return cls(f"msg_{uuid.uuid4().hex[:24]}", model, stop_sequences, single_call)
+    def new(
+        cls, model: str, stop_sequences: tuple[str, ...] = (), single_call: bool = False, shows_thinking: bool = True
+    ) -> Reply:
+        return cls(f"msg_{uuid.uuid4().hex[:24]}", model, stop_sequences, single_call, shows_thinking)
 
     def stop(self, last: TokenChunk) -> tuple[str, str | None]:
         """``stop_reason`` and ``stop_sequence`` for the chunk that ended the answer."""
@@ -74,7 +86,12 @@ class Reply:
 
     def message(self, result: Collected) -> dict[str, Any]:
         """The whole message, as ``/v1/messages`` answers without ``stream``."""
-        content: list[dict[str, Any]] = [{"type": "text", "text": result.text}] if result.text else []
+        content: list[dict[str, Any]] = []
+        if result.reasoning:
+            shown = result.reasoning if self.shows_thinking else ""
+            content.append({"type": "thinking", "thinking": shown, "signature": SIGNATURE})
+        if result.text:
+            content.append({"type": "text", "text": result.text})
         content += [tool_use_block(call) for call in self.calls(result.last)]
         reason, sequence = self.stop(result.last)
         return {
@@ -105,26 +122,64 @@ def _block_stop(index: int) -> str:
     return event("content_block_stop", {"type": "content_block_stop", "index": index})
 
 
+class _Blocks:
+    """The thinking block, then the text block, streamed one after the other: each opens at its first piece and
+    closes when the next one opens or the answer ends (the thinking block with its ``signature_delta``)."""
+
+    def __init__(self, shows_thinking: bool) -> None:
+        self.index = 0  # the next block's
+        self._open: str | None = None  # "thinking" or "text"
+        self._shows_thinking = shows_thinking
+
+    def add(self, chunk: TokenChunk) -> list[str]:
+        """The events for one chunk's thinking, then its text."""
+        events: list[str] = []
+        if chunk.reasoning:
+            if self._open != "thinking":
+                events += self.close()
+                events.append(self._start("thinking", {"thinking": "", "signature": ""}))
+            if self._shows_thinking:
+                events.append(_block_delta(self.index, {"type": "thinking_delta", "thinking": chunk.reasoning}))
+        if chunk.text:
+            if self._open != "text":
+                events += self.close()
+                events.append(self._start("text", {"text": ""}))
+            events.append(_block_delta(self.index, {"type": "text_delta", "text": chunk.text}))
+        return events
+
+    def close(self) -> list[str]:
+        """The events that close the open block, if one is."""
+        if self._open is None:
+            return []
+        events = []
+        if self._open == "thinking":
+            events.append(_block_delta(self.index, {"type": "signature_delta", "signature": SIGNATURE}))
+        events.append(_block_stop(self.index))
+        self._open, self.index = None, self.index + 1
+        return events
+
+    def _start(self, kind: str, fields: dict[str, str]) -> str:
+        self._open = kind
+        return _block_start(self.index, {"type": kind, **fields})
+
+
 async def sse_events(stream: TokenStream, reply: Reply) -> AsyncIterator[str]:
     """The events of one answer (see the module's doc). Closing this iterator closes the generation, which frees
     its slot at once."""
     opening = {**reply.head([]), "stop_reason": None, "stop_sequence": None, "usage": usage_body(None)}
     yield event("message_start", {"type": "message_start", "message": opening})
     yield event("ping", {"type": "ping"})
-    index, text_open = 0, False
+    blocks = _Blocks(reply.shows_thinking)
     try:
         async with aclosing(stream):
             async for chunk in stream:
-                if chunk.text:
-                    if not text_open:
-                        yield _block_start(index, {"type": "text", "text": ""})
-                        text_open = True
-                    yield _block_delta(index, {"type": "text_delta", "text": chunk.text})
+                for piece in blocks.add(chunk):
+                    yield piece
                 if chunk.finish_reason is None:
                     continue
-                if text_open:
-                    yield _block_stop(index)
-                    index, text_open = index + 1, False
+                for piece in blocks.close():
+                    yield piece
+                index = blocks.index
                 for call in reply.calls(chunk):
                     yield _block_start(index, tool_use_block(call, with_input=False))
                     partial = json.dumps(call.arguments, ensure_ascii=False)

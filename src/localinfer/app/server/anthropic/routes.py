@@ -24,7 +24,7 @@ async def messages(body: MessagesBody, request: Request) -> JSONResponse | Strea
     body.model = requested_model(request, body.model)  # none named: the server's default model
     core = body.to_core()
     stream = await unless_disconnected(request, primed(engine_of(request).chat(core)))
-    reply = Reply.new(body.model, body.stops, body.single_call)
+    reply = Reply.new(body.model, body.stops, body.single_call, body.shows_thinking)
     if body.stream:
         return StreamingResponse(sse_events(stream, reply), media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))

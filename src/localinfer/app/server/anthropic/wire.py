@@ -18,13 +18,24 @@ answering the call with that id (the function's name taken from that call); ``to
   the schema, as ``response_format`` does on the OpenAI routes;
 - a ``tool_result`` with ``is_error`` reads ``Error: <content>`` to the model.
 
+A reasoning model's thinking (``thinking``, Anthropic's extended thinking): ``{"type": "enabled",
+"budget_tokens": N}`` turns it on with a budget of N thinking tokens (core/reasoning.py); ``{"type":
+"adaptive"}`` (and ``enabled`` without ``budget_tokens``) turns it on with the server's budget
+(``--reasoning-budget``, none by default; llama-server takes 10000 there); ``{"type": "disabled"}`` turns it off
+through the template (llama-server ignores it); absent, the server's defaults decide, as on llama-server.
+``budget_tokens`` may be below Anthropic's minimum of 1024 and need not be below ``max_tokens``, as on
+llama-server: ``max_tokens`` counts the thinking too, so a budget at or past it never binds; a negative one is a
+400. ``display: "omitted"`` answers the thinking block without its text. Another type (``between_tools``) is a
+400. A model that does not reason answers as it would without ``thinking``. An assistant's earlier ``thinking``
+blocks go back as that turn's thinking (its template decides whether the prompt shows it: most drop it) and
+their ``signature`` is not checked; ``redacted_thinking`` blocks are dropped (nothing here can read them).
+``chat_template_kwargs`` (an extension, as llama-server passes it on) gives the chat template more variables.
+
 Accepted and ignored, as they do not change the answer: ``metadata``, ``cache_control`` (a prompt's prefix is
 reused from the cache whatever it says), ``service_tier``, ``speed``, ``inference_geo``, ``output_config.effort``,
-``citations``, and ``thinking`` (a model that does not reason answers as it would without it, as on
-llama-server). An assistant's earlier ``thinking`` blocks stay out of the prompt, as Anthropic leaves them out of
-earlier turns. As on llama-server, a stop sequence may be whitespace (``"\\n"`` ends the answer at its first line
-break), and ``messages`` may be empty (the model answers the system text, or nothing, as its template renders
-it).
+and ``citations``. As on llama-server, a stop sequence may be whitespace (``"\\n"`` ends the answer at its first
+line break), and ``messages`` may be empty (the model answers the system text, or nothing, as its template
+renders it).
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from typing import Any, Literal, NoReturn
 from pydantic import Field
 
 from localinfer.app.server.core.defaults import default_temperature
+from localinfer.app.server.core.reasoning import requested_thinking, template_variables
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import MAX_TOOLS
 from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
@@ -44,12 +56,13 @@ from localinfer.types import (
     GenerationOptions,
     ResponseFormat,
     SamplingParams,
+    Thinking,
     Tool,
     ToolCall,
     ToolChoice,
 )
 
-SKIPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})  # earlier turns' thinking, as Anthropic drops it
+THINKING_TYPES = ("enabled", "adaptive", "disabled")
 TOOL_NAME = r"^[a-zA-Z0-9_-]{1,128}$"  # Anthropic's rule for a custom tool's name
 
 
@@ -59,8 +72,9 @@ class _Wire(ClientBody):
 
 class Block(_Wire):
     """A content block. ``text``: ``text``; ``tool_use``: ``id``, ``name``, ``input``; ``tool_result``:
-    ``tool_use_id``, ``content`` (a string or text blocks), ``is_error``. Other types are refused where they
-    appear (images, documents...) or skipped (an earlier turn's thinking)."""
+    ``tool_use_id``, ``content`` (a string or text blocks), ``is_error``; ``thinking``: ``thinking`` (its
+    ``signature`` is not read). Other types are refused where they appear (images, documents...) or skipped (an
+    earlier turn's ``redacted_thinking``)."""
 
     type: str
     text: str | None = None
@@ -70,6 +84,7 @@ class Block(_Wire):
     tool_use_id: str | None = None
     content: str | list[Block] | None = None
     is_error: bool = False
+    thinking: Any = None  # read only in a thinking block (where it must be text): other blocks ignore it
 
 
 class MessageWire(_Wire):
@@ -105,8 +120,24 @@ class ToolChoiceWire(_Wire):
 
 
 class ThinkingWire(_Wire):
+    """Anthropic's ``thinking``: ``type`` ``enabled`` (with ``budget_tokens``), ``adaptive`` or ``disabled``;
+    ``display`` ``summarized`` (the thinking in full, here) or ``omitted``."""
+
     type: str
-    budget_tokens: int | None = None
+    budget_tokens: int | None = Field(None, ge=0)
+    display: Literal["summarized", "omitted"] | None = None
+
+    def to_core(self) -> Thinking:
+        """The thinking asked for, over the server's defaults. Raises InvalidRequest for a type not served."""
+        if self.type not in THINKING_TYPES:
+            raise InvalidRequest(
+                f"thinking type '{self.type}' is not supported: use one of {', '.join(THINKING_TYPES)}",
+                param="thinking.type",
+            )
+        if self.type == "disabled":
+            return requested_thinking(enabled=False)
+        budget = self.budget_tokens if self.type == "enabled" else None
+        return requested_thinking(enabled=True, budget=budget, budget_param="thinking.budget_tokens")
 
 
 class OutputFormatWire(_Wire):
@@ -138,7 +169,9 @@ def _texts(blocks: list[Block], where: str) -> str:
 
 
 def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> ChatMessage:
+    """An assistant turn: its text, its tool calls, and its thinking given back (several blocks joined)."""
     texts: list[str] = []
+    thoughts: list[str] = []
     calls: list[ToolCall] = []
     for i, block in enumerate(blocks):
         at = f"{where}.{i}"
@@ -148,9 +181,14 @@ def _assistant(blocks: list[Block], where: str, names: dict[str, str]) -> ChatMe
             call_id = block.id or f"toolu_{len(names)}"
             names[call_id] = block.name
             calls.append(ToolCall(call_id, block.name, block.input or {}))
-        elif block.type not in SKIPPED_BLOCKS:
+        elif block.type == "thinking":
+            if not isinstance(block.thinking, str):
+                raise InvalidRequest("a thinking block needs its thinking text", param=f"{at}.thinking")
+            thoughts.append(block.thinking)
+        elif block.type != "redacted_thinking":  # encrypted by Anthropic: nothing here can read it
             texts.append(_text(block, at))
-    return ChatMessage("assistant", "\n".join(texts), tool_calls=tuple(calls))
+    reasoning = "".join(thoughts) or None
+    return ChatMessage("assistant", "\n".join(texts), tool_calls=tuple(calls), reasoning=reasoning)
 
 
 def _tool_answer(block: Block, where: str, names: dict[str, str]) -> ChatMessage:
@@ -188,7 +226,8 @@ class _Conversation(_Wire):
     system: str | list[Block] | None = None
     tools: list[ToolWire] | None = None
     tool_choice: ToolChoiceWire | None = None
-    thinking: ThinkingWire | None = None  # ignored: the models here give no thinking blocks
+    thinking: ThinkingWire | None = None  # a reasoning model's thinking: on, budgeted, or off
+    chat_template_kwargs: dict[str, Any] | None = None  # an extension, as llama-server passes it on
     mcp_servers: list[Any] | None = None
     container: Any = None
     context_management: Any = None
@@ -264,7 +303,14 @@ class _Conversation(_Wire):
             tools=tools,
             tool_choice=tool_choice,
             keep_alive=keep_alive_seconds(self.keep_alive),
+            thinking=self.thinking.to_core() if self.thinking else requested_thinking(),
+            template_kwargs=template_variables(self.chat_template_kwargs),
         )
+
+    @property
+    def shows_thinking(self) -> bool:
+        """Whether the answer's thinking blocks carry the thinking's text (``display`` not ``omitted``)."""
+        return self.thinking is None or self.thinking.display != "omitted"
 
 
 class MessagesBody(_Conversation):
