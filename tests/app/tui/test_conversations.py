@@ -367,3 +367,69 @@ def test_threads_can_share_one_store(store: ConversationStore) -> None:
     assert len({m.id for m in messages}) == 100
     assert {m.content for m in messages} == {f"{n}-{i}" for n in range(4) for i in range(25)}
     assert all(m.state == "complete" for m in messages)
+
+
+def test_a_replys_thinking_is_kept_apart_from_its_answer_across_close_and_reopen(store: ConversationStore) -> None:
+    conversation = store.create(settings=ConversationSettings(think=False, thinking_budget=64))
+    reply = store.add_message(conversation.id, "assistant", "", state="streaming", model="qwen3")
+    store.update_message(reply.id, content="", state="streaming", reasoning="The user asks")
+    store.update_message(reply.id, content="Paris.", state="streaming")
+    final = store.update_message(
+        reply.id,
+        content="Paris.",
+        state="complete",
+        reasoning="The user asks. France.",
+        thinking_ms=820.0,
+        thinking_tokens=9,
+    )
+    assert (final.content, final.reasoning, final.thinking_ms, final.thinking_tokens) == (
+        "Paris.",
+        "The user asks. France.",
+        820.0,
+        9,
+    )
+    store = reopen(store)
+    try:
+        assert store.messages(conversation.id) == [final]
+        assert store.get(conversation.id).settings == ConversationSettings(think=False, thinking_budget=64)
+    finally:
+        store.close()
+
+
+def test_a_history_of_schema_1_is_upgraded_and_its_messages_have_no_thinking(path: Path) -> None:
+    path.parent.mkdir(parents=True)
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        CREATE TABLE conversations (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, model TEXT, settings TEXT NOT NULL,
+            created REAL NOT NULL, updated REAL NOT NULL);
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            role TEXT NOT NULL, content TEXT NOT NULL, state TEXT NOT NULL, model TEXT, created REAL NOT NULL,
+            ttft_ms REAL, tokens_per_second REAL, error TEXT);
+        INSERT INTO conversations VALUES (1, 'Old', 'smollm2', '{"temperature": 0.5}', 1.0, 2.0);
+        INSERT INTO messages VALUES (1, 1, 'assistant', 'Hello.', 'complete', 'smollm2', 2.0, 30.0, 90.0, NULL);
+        PRAGMA user_version=1;
+        """
+    )
+    db.close()
+    store = ConversationStore(path)
+    try:
+        [message] = store.messages(1)
+        assert (message.content, message.ttft_ms) == ("Hello.", 30.0)
+        assert (message.reasoning, message.thinking_ms, message.thinking_tokens) == ("", None, None)
+        assert store.get(1).settings == ConversationSettings(temperature=0.5)
+    finally:
+        store.close()
+    assert raw(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+
+
+def test_export_markdown_puts_a_replys_thinking_in_a_details_block_before_its_answer(store: ConversationStore) -> None:
+    conversation = store.create(title="Capital")
+    reply = store.add_message(conversation.id, "assistant", "", state="streaming", model="qwen3")
+    store.update_message(reply.id, content="\n\nParis.", state="complete", reasoning="\nFrance's capital.\n")
+    assert store.export_markdown(conversation.id).endswith(
+        "## Assistant (qwen3)\n\n<details><summary>Thinking</summary>\n\nFrance's capital.\n\n</details>\n\nParis.\n"
+    )

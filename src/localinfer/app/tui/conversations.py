@@ -25,7 +25,7 @@ MESSAGE_STATES: tuple[MessageState, ...] = ("complete", "streaming", "stopped", 
 ROLES = ("user", "assistant")
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 40
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _STATE_NOTES = {"stopped": "_The reply was stopped._", "interrupted": "_The app closed before this reply finished._"}
 
 _SCHEMA = """
@@ -36,10 +36,20 @@ CREATE TABLE messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role TEXT NOT NULL, content TEXT NOT NULL, state TEXT NOT NULL, model TEXT, created REAL NOT NULL,
-    ttft_ms REAL, tokens_per_second REAL, error TEXT);
+    ttft_ms REAL, tokens_per_second REAL, error TEXT,
+    reasoning TEXT NOT NULL DEFAULT '', thinking_ms REAL, thinking_tokens INTEGER);
 CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
 CREATE INDEX conversations_by_updated ON conversations(updated)
 """
+
+# What each older schema version needs to become the current one.
+_MIGRATIONS = {
+    1: (
+        "ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE messages ADD COLUMN thinking_ms REAL",
+        "ALTER TABLE messages ADD COLUMN thinking_tokens INTEGER",
+    ),
+}
 
 
 class ConversationStoreError(LocalInferError):
@@ -68,13 +78,16 @@ class InvalidTitle(LocalInferError, ValueError):
 
 @dataclass(frozen=True)
 class ConversationSettings:
-    """Per-conversation generation settings; ``None`` means the model's own limit."""
+    """Per-conversation generation settings; ``None`` means the model's own limit (``think``: as the model's
+    template has it, which for most reasoning models is on)."""
 
     system_prompt: str = ""
     temperature: float = 0.8
     top_p: float = 0.95
     max_tokens: int | None = None
     context_length: int | None = None
+    think: bool | None = None  # a reasoning model thinks before it answers
+    thinking_budget: int | None = None  # thinking tokens before the model is made to answer
 
 
 @dataclass(frozen=True)
@@ -91,7 +104,8 @@ class Conversation:
 
 @dataclass(frozen=True)
 class StoredMessage:
-    """One message of a conversation, with the reply's timings once known."""
+    """One message of a conversation, with the reply's timings once known. A reasoning model's reply keeps its
+    thinking apart from ``content``: ``reasoning``, how long it thought (``thinking_ms``) and in how many tokens."""
 
     id: int
     conversation_id: int
@@ -103,6 +117,9 @@ class StoredMessage:
     ttft_ms: float | None = None
     tokens_per_second: float | None = None
     error: str | None = None
+    reasoning: str = ""
+    thinking_ms: float | None = None
+    thinking_tokens: int | None = None
 
 
 _CONVERSATION_COLUMNS = "id, title, model, settings, created, updated"
@@ -164,7 +181,8 @@ class ConversationStore:
             raise
 
     def _open(self) -> None:
-        """Set the pragmas, create or check the schema, and mark replies cut off by a killed app as interrupted.
+        """Set the pragmas, create, check or upgrade the schema, and mark replies cut off by a killed app as
+        interrupted.
 
         A second app on the same file marks the first one's live reply too; that reply's next update restores it.
         """
@@ -180,7 +198,11 @@ class ConversationStore:
             if version == 0:
                 for statement in _SCHEMA.split(";"):
                     self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                version = SCHEMA_VERSION
+            for older in range(version, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[older]:
+                    self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._db.execute("UPDATE messages SET state = 'interrupted' WHERE state = 'streaming'")
 
     def close(self) -> None:
@@ -309,8 +331,12 @@ class ConversationStore:
         ttft_ms: float | None = None,
         tokens_per_second: float | None = None,
         error: str | None = None,
+        reasoning: str | None = None,
+        thinking_ms: float | None = None,
+        thinking_tokens: int | None = None,
     ) -> StoredMessage:
-        """Set a message's text and state in its own committed transaction; ``None`` keeps a stored timing or error.
+        """Set a message's text and state in its own committed transaction; ``None`` keeps a stored timing, error
+        or thinking.
 
         Raises ``MessageNotFound`` once the message is deleted (ids are never reused), so a stale stream stops.
         """
@@ -318,9 +344,12 @@ class ConversationStore:
         with self._transaction():
             sql = (
                 "UPDATE messages SET content = ?, state = ?, ttft_ms = COALESCE(?, ttft_ms),"
-                " tokens_per_second = COALESCE(?, tokens_per_second), error = COALESCE(?, error) WHERE id = ?"
+                " tokens_per_second = COALESCE(?, tokens_per_second), error = COALESCE(?, error),"
+                " reasoning = COALESCE(?, reasoning), thinking_ms = COALESCE(?, thinking_ms),"
+                " thinking_tokens = COALESCE(?, thinking_tokens) WHERE id = ?"
             )
-            if self._db.execute(sql, (content, state, ttft_ms, tokens_per_second, error, message_id)).rowcount == 0:
+            values = (content, state, ttft_ms, tokens_per_second, error, reasoning, thinking_ms, thinking_tokens)
+            if self._db.execute(sql, (*values, message_id)).rowcount == 0:
                 raise MessageNotFound(message_id)
             return self._get_message(message_id)
 
@@ -334,7 +363,8 @@ class ConversationStore:
                 self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (self._now(), row[0]))
 
     def export_markdown(self, conversation_id: int) -> str:
-        """The conversation as Markdown: a title, a list of its facts, then one section per message."""
+        """The conversation as Markdown: a title, a list of its facts, then one section per message (a reply's
+        thinking in a ``<details>`` block before its answer)."""
         conversation, messages = self.get(conversation_id), self.messages(conversation_id)
         created = datetime.fromtimestamp(conversation.created).strftime("%Y-%m-%d %H:%M")
         facts = [f"- Model: {conversation.model or 'none'}", f"- Created: {created}"]
@@ -346,6 +376,8 @@ class ConversationStore:
                 blocks.append("## User")
             else:
                 blocks.append(f"## Assistant ({message.model})" if message.model else "## Assistant")
+                if message.reasoning.strip():  # collapsed where Markdown is shown, as the app shows it
+                    blocks.append(f"<details><summary>Thinking</summary>\n\n{message.reasoning.strip()}\n\n</details>")
             if message.content.strip():
                 blocks.append(message.content.strip("\n"))
             if message.state in _STATE_NOTES:
