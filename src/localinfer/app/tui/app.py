@@ -3,6 +3,7 @@ the default model and where exports go. Screens own the workers; widgets render 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import ClassVar
@@ -40,10 +41,12 @@ class LocalInferApp(App[None]):
         poll_status: bool = True,
         background: Callable[[], Awaitable[None]] | None = None,
         open_model: str | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """``default_model`` is the one new conversations use; ``open_model``, when given, opens a new
         conversation with that model instead of the latest one. ``background`` runs for as long as the app does
-        (the API server of ``--serve``)."""
+        (the API server of ``--serve``). ``clock`` (seconds, monotonic) times the replies: their first token and
+        how long a reasoning model thought."""
         super().__init__()
         self.client = client
         self.store = store
@@ -53,6 +56,7 @@ class LocalInferApp(App[None]):
         self.last_status: ClientStatus | None = None
         self.background = background
         self.open_model = open_model
+        self.clock = clock
 
     async def on_mount(self) -> None:
         self.theme = "textual-dark"

@@ -3,6 +3,7 @@ messages), never by importing ``LocalInferApp``, which imports the screens."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -25,6 +26,7 @@ class TuiHost(Protocol):
     export_dir: Path
     open_model: str | None
     last_status: ClientStatus | None
+    clock: Callable[[], float]
 
     @property
     def chat_screen(self) -> ChatView: ...

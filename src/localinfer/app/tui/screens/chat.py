@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from pathlib import Path
 from typing import ClassVar, cast
 
@@ -15,25 +14,18 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, ListView
 
-from localinfer.app.tui.conversations import Conversation, ConversationSettings, MessageState, StoredMessage
+from localinfer.app.tui.conversations import Conversation, MessageState, StoredMessage
 from localinfer.app.tui.host import TuiHost
+from localinfer.app.tui.replies import ReplyTiming, chat_request
 from localinfer.app.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextInputScreen
 from localinfer.app.tui.widgets.conversation_list import ConversationItem, ConversationList
 from localinfer.app.tui.widgets.message import MessageView
 from localinfer.app.tui.widgets.prompt import PromptInput
 from localinfer.app.tui.widgets.status import StatusBar
 from localinfer.errors import LocalInferError
-from localinfer.types import ChatMessage, ChatRequest, GenerationOptions, SamplingParams
+from localinfer.types import ChatRequest
 
 SAVE_EVERY_S = 0.5  # how often a streaming reply is written to the store, so a crash keeps most of it
-
-
-def chat_request(model: str, settings: ConversationSettings, history: list[StoredMessage]) -> ChatRequest:
-    """The request for the next reply: the system prompt, then every message that was not an error."""
-    messages = [ChatMessage("system", settings.system_prompt)] if settings.system_prompt else []
-    messages += [ChatMessage(m.role, m.content) for m in history if m.state != "error" and m.content]
-    sampling = SamplingParams(temperature=settings.temperature, top_p=settings.top_p)
-    return ChatRequest(model, tuple(messages), GenerationOptions(sampling=sampling, max_tokens=settings.max_tokens))
 
 
 class ChatScreen(Screen[None]):
@@ -41,6 +33,7 @@ class ChatScreen(Screen[None]):
         Binding("escape", "stop", "Stop", priority=True),
         Binding("ctrl+n", "new_conversation", "New chat", priority=True),
         Binding("ctrl+o", "models", "Models", priority=True),
+        Binding("ctrl+r", "toggle_thinking", "Thinking", priority=True),  # shown once a reply has thinking
         Binding("f2", "settings", "Settings"),
         Binding("f3", "retry", "Retry"),
         Binding("f4", "edit_last", "Edit last"),
@@ -55,6 +48,12 @@ class ChatScreen(Screen[None]):
         super().__init__(id="chat-screen")
         self.conversation: Conversation | None = None
         self._stopping = False
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The thinking's key is offered only where a reply has thinking."""
+        if action == "toggle_thinking":
+            return any(v.thinking_block is not None for v in self.query(MessageView))
+        return True
 
     @property
     def li_app(self) -> TuiHost:
@@ -103,6 +102,7 @@ class ChatScreen(Screen[None]):
                 )
         log.scroll_end(animate=False)
         log.anchor()
+        self.refresh_bindings()
         self.query_one(StatusBar).model = conversation.model
         self.app.sub_title = conversation.title
         if conversation.model:
@@ -114,7 +114,15 @@ class ChatScreen(Screen[None]):
 
     def _view(self, message: StoredMessage) -> MessageView:
         author = "You" if message.role == "user" else (message.model or "assistant")
-        return MessageView(message.role, message.content, author=author, message_id=message.id)
+        return MessageView(
+            message.role,
+            message.content,
+            author=author,
+            message_id=message.id,
+            reasoning=message.reasoning,
+            thinking_ms=message.thinking_ms,
+            thinking_tokens=message.thinking_tokens,
+        )
 
     @on(ListView.Selected, "#conversation-list")
     async def conversation_selected(self, event: ListView.Selected) -> None:
@@ -189,28 +197,37 @@ class ChatScreen(Screen[None]):
     @work(exclusive=True, group="generation")
     async def generate(self, request: ChatRequest, reply: StoredMessage, view: MessageView) -> None:
         """Stream the reply into ``view`` and the store. Esc ends it as ``stopped``; closing the app mid-reply
-        ends it as ``interrupted``; both keep the text so far."""
+        ends it as ``interrupted``; both keep the text so far. The app's clock is read once a piece (and once
+        more at the end): the thinking lasted from its first piece to the first piece of the answer."""
         store = self.li_app.store
         status = self.query_one(StatusBar)
+        clock = self.li_app.clock
         self._stopping = False
-        started = time.perf_counter()
-        ttft_ms: float | None = None
-        tps: float | None = None
-        saved_at = started
+        timing = ReplyTiming(started=clock())
+        saved_at = timing.started
         state: MessageState = "interrupted"
         error: str | None = None
         status.activity = "generating…"
         try:
             async with contextlib.aclosing(self.li_app.client.chat(request)) as stream:
                 async for chunk in stream:
-                    if ttft_ms is None:
-                        ttft_ms = (time.perf_counter() - started) * 1000
-                    await view.append(chunk.text)
-                    if chunk.timings is not None:
-                        tps = chunk.timings.predicted_per_second or None
-                    if time.perf_counter() - saved_at > SAVE_EVERY_S:
-                        store.update_message(reply.id, content=view.content, state="streaming", ttft_ms=ttft_ms)
-                        saved_at = time.perf_counter()
+                    now = clock()
+                    thinking, thought = timing.thinking_since is not None, timing.thinking_ms is not None
+                    timing.observe(chunk, now)
+                    await view.append(chunk.text, chunk.reasoning)
+                    if not thinking and timing.thinking_since is not None:
+                        self.refresh_bindings()  # the thinking's key now has a block to toggle
+                    if not thought and timing.thinking_ms is not None:
+                        await view.thought(timing.thinking_ms)
+                    if now - saved_at > SAVE_EVERY_S:
+                        store.update_message(
+                            reply.id,
+                            content=view.content,
+                            state="streaming",
+                            ttft_ms=timing.ttft_ms,
+                            reasoning=view.reasoning,
+                        )
+                        saved_at = now
             state = "complete"
         except asyncio.CancelledError:
             state = "stopped" if self._stopping else "interrupted"
@@ -219,12 +236,29 @@ class ChatScreen(Screen[None]):
             state, error = "error", exc.message
             self.notify(f"{exc.message}. {exc.hint}".strip(), title="the reply failed", severity="error")
         finally:
+            timing.end(clock())
+            thinking_tokens = (timing.reasoning_tokens or view.thinking_tokens) if view.reasoning else None
             store.update_message(
-                reply.id, content=view.content, state=state, ttft_ms=ttft_ms, tokens_per_second=tps, error=error
+                reply.id,
+                content=view.content,
+                state=state,
+                ttft_ms=timing.ttft_ms,
+                tokens_per_second=timing.tokens_per_second,
+                error=error,
+                reasoning=view.reasoning,
+                thinking_ms=timing.thinking_ms,
+                thinking_tokens=thinking_tokens,
             )
             if view.is_attached:  # not when the app is closing
                 status.activity = ""
-                await view.finish(state=state, ttft_ms=ttft_ms, tokens_per_second=tps, error=error)
+                await view.finish(
+                    state=state,
+                    ttft_ms=timing.ttft_ms,
+                    tokens_per_second=timing.tokens_per_second,
+                    error=error,
+                    thinking_ms=timing.thinking_ms,
+                    thinking_tokens=thinking_tokens,
+                )
                 self.li_app.refresh_status()
 
     # --- actions ---------------------------------------------------------------------------------------
@@ -278,6 +312,16 @@ class ChatScreen(Screen[None]):
         if reply is not None:
             self.app.copy_to_clipboard(reply.content)
             self.notify("the reply was copied")
+
+    def action_toggle_thinking(self) -> None:
+        """Expand or collapse the thinking of the latest reply that has some."""
+        views = [v for v in self.query(MessageView) if v.thinking_block is not None]
+        if not views:
+            self.notify("no reply here has thinking to show", severity="warning")
+            return
+        block = views[-1].thinking_block
+        assert block is not None
+        block.toggle()
 
     def action_copy_code(self) -> None:
         views = [v for v in self.query(MessageView) if v.role == "assistant" and v.code_blocks()]

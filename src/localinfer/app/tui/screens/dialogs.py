@@ -9,7 +9,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.validation import Number
-from textual.widgets import Button, Input, Label, TextArea
+from textual.widgets import Button, Input, Label, Select, TextArea
 
 from localinfer.app.tui.conversations import ConversationSettings
 
@@ -75,8 +75,14 @@ def _number(text: str) -> float | None:
     return float(text) if text.strip() else None
 
 
+THINK_CHOICES: dict[str, bool | None] = {"model default": None, "on": True, "off": False}
+"""The think switch's choices: what the F2 dialog says, and what the request asks (None: as the model's template
+has it)."""
+
+
 class SettingsScreen(ModalScreen[ConversationSettings | None]):
-    """A conversation's system prompt and sampling settings. Ctrl+S saves, Esc cancels."""
+    """A conversation's system prompt, sampling settings, and a reasoning model's think switch and thinking
+    budget. Ctrl+S saves, Esc cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "save", "Save", priority=True),
@@ -101,12 +107,22 @@ class SettingsScreen(ModalScreen[ConversationSettings | None]):
                 yield Input(
                     str(s.max_tokens or ""), id="max-tokens", placeholder="no limit", validators=[Number(minimum=1)]
                 )
-                yield Label("Context length")
+                yield Label("Context")
                 yield Input(
                     str(s.context_length or ""),
                     id="context-length",
                     placeholder="the model's",
                     validators=[Number(minimum=256)],
+                )
+                yield Label("Think")
+                think = next(name for name, value in THINK_CHOICES.items() if value == s.think)
+                yield Select([(name, name) for name in THINK_CHOICES], value=think, allow_blank=False, id="think")
+                yield Label("Think budget")
+                yield Input(
+                    str(s.thinking_budget if s.thinking_budget is not None else ""),
+                    id="thinking-budget",
+                    placeholder="no limit",
+                    validators=[Number(minimum=0)],
                 )
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save (Ctrl+S)", variant="primary", id="save")
@@ -129,6 +145,8 @@ class SettingsScreen(ModalScreen[ConversationSettings | None]):
         top_p = _number(inputs["top-p"].value)
         max_tokens = _number(inputs["max-tokens"].value)
         context = _number(inputs["context-length"].value)
+        budget = _number(inputs["thinking-budget"].value)
+        think = self.query_one("#think", Select).value
         self.dismiss(
             ConversationSettings(
                 system_prompt=self.query_one("#system-prompt", TextArea).text.strip(),
@@ -136,6 +154,8 @@ class SettingsScreen(ModalScreen[ConversationSettings | None]):
                 top_p=self.settings.top_p if top_p is None else top_p,
                 max_tokens=int(max_tokens) if max_tokens is not None else None,
                 context_length=int(context) if context is not None else None,
+                think=THINK_CHOICES.get(str(think)),
+                thinking_budget=int(budget) if budget is not None else None,
             )
         )
 
