@@ -3,8 +3,11 @@
 What each call uses on the server:
 
 - ``chat``: ``POST /v1/chat/completions`` streamed (SSE) with ``stream_options.include_usage``; text deltas become
-  ``TokenChunk``s and a last chunk carries the finish reason, the usage and the server's ``timings``. Closing the
-  iterator early closes the connection, which makes the server abort the generation.
+  ``TokenChunk``s (a reasoning model's ``delta.reasoning_content`` their ``reasoning``) and a last chunk carries
+  the finish reason, the usage and the server's ``timings``. The think switch and budget go as the server reads
+  them (``chat_template_kwargs.enable_thinking``, ``reasoning_budget_tokens``), and earlier turns' thinking as
+  ``reasoning_content``. Closing the iterator early closes the connection, which makes the server abort the
+  generation.
 - ``models``: ``GET /api/tags`` and ``GET /api/ps`` (Ollama's shapes). A remote model has no local ``path`` (``""``)
   and no ``source``; its ``context_length`` is known only while it is loaded.
 - ``load``: a one-token ``POST /v1/completions``, which makes the server load the model if it has not yet. Unlike
@@ -21,6 +24,7 @@ error ``code``; a server that cannot be reached is a ``LocalInferError`` naming 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncGenerator
 from datetime import datetime
@@ -44,6 +48,7 @@ from localinfer.models.library import untagged
 from localinfer.progress import ProgressEvent
 from localinfer.types import (
     OLLAMA_FORMAT_NAMES,
+    ChatMessage,
     ChatRequest,
     FinishReason,
     ModelInfo,
@@ -85,6 +90,7 @@ class HttpClient:
         finish: FinishReason | None = None
         usage: Usage | None = None
         timings: Timings | None = None
+        thought = 0  # the pieces of thinking streamed: one a token
         done = False
         try:
             async with self._http.stream(
@@ -104,9 +110,11 @@ class HttpClient:
                     usage = _usage(event.get("usage")) or usage
                     timings = _timings(event.get("timings")) or timings
                     for choice in event.get("choices") or ():
-                        text = (choice.get("delta") or {}).get("content")
-                        if text:
-                            yield TokenChunk(text)
+                        delta = choice.get("delta") or {}
+                        reasoning, text = delta.get("reasoning_content") or "", delta.get("content") or ""
+                        if reasoning or text:
+                            thought += 1 if reasoning else 0
+                            yield TokenChunk(text, reasoning=reasoning)
                         if choice.get("finish_reason"):
                             finish = "length" if choice["finish_reason"] == "length" else "stop"
         except httpx.TransportError as exc:
@@ -115,6 +123,8 @@ class HttpClient:
             raise LocalInferError(
                 f"the reply from localinfer at {self._url} ended early", hint="check the server's log and retry"
             )
+        if usage is not None and thought and not usage.reasoning_tokens:
+            usage = dataclasses.replace(usage, reasoning_tokens=min(thought, usage.completion_tokens))
         yield TokenChunk("", finish_reason=finish or "stop", usage=usage, timings=timings)
 
     async def models(self) -> list[ModelInfo]:
@@ -287,7 +297,7 @@ def chat_body(request: ChatRequest) -> dict[str, Any]:
     sampling = options.sampling
     body: dict[str, Any] = {
         "model": request.model,
-        "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+        "messages": [_message(m) for m in request.messages],
         "stream": True,
         "stream_options": {"include_usage": True},
         "temperature": sampling.temperature,
@@ -312,17 +322,44 @@ def chat_body(request: ChatRequest) -> dict[str, Any]:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "response", "schema": fmt.schema}}
     elif fmt.type == "json_object":
         body["response_format"] = {"type": "json_object"}
+    body.update(_thinking_fields(request))
     return body
+
+
+def _message(message: ChatMessage) -> dict[str, Any]:
+    body: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.reasoning:  # an earlier turn's thinking, given back as llama-server and DeepSeek take it
+        body["reasoning_content"] = message.reasoning
+    return body
+
+
+def _thinking_fields(request: ChatRequest) -> dict[str, Any]:
+    """What ``request`` asks of a reasoning model's thinking, in the fields our server's chat route reads; nothing
+    where it asks nothing (the server's defaults then hold)."""
+    thinking = request.thinking
+    kwargs = dict(request.template_kwargs)
+    if thinking.enabled is not None:
+        kwargs["enable_thinking"] = thinking.enabled
+    fields: dict[str, Any] = {"chat_template_kwargs": kwargs} if kwargs else {}
+    if thinking.budget is not None:
+        fields["reasoning_budget_tokens"] = thinking.budget
+    if thinking.effort is not None:
+        fields["reasoning_effort"] = thinking.effort
+    if not thinking.separate:
+        fields["reasoning_format"] = "none"
+    return fields
 
 
 def _usage(body: Any) -> Usage | None:
     if not isinstance(body, dict):
         return None
     details = body.get("prompt_tokens_details") or {}
+    completion = body.get("completion_tokens_details") or {}  # OpenAI's reasoning_tokens, where a server sends it
     return Usage(
         prompt_tokens=int(body.get("prompt_tokens") or 0),
         completion_tokens=int(body.get("completion_tokens") or 0),
         cached_tokens=int(details.get("cached_tokens") or 0),
+        reasoning_tokens=int(completion.get("reasoning_tokens") or 0),
     )
 
 
