@@ -5,13 +5,16 @@ one) and types one line into the middle of it, one character per request, as lla
 `/infill` requests whose prefix grows by one character. The bodies are llama.vscode's (`createRequestPayload` in
 ggml-org/llama.vscode src/llama-server.ts) with two changes that make the engines' work equal: greedy decoding
 (`temperature` 0 and no `samplers` list) and `n_predict` fixed by `--predict`, with llama.vscode's time limits
-left out. Both engines run one slot and `--threads`; llama-server runs with `-fa on`, as llama.cpp contexts made
-through llama-cpp-python do by default here (so both compute the same way). Sessions alternate between the engines
-round by round.
+left out. Four engines run one slot and `--threads` each: localinfer as it ships (KV cache reuse by shifting,
+runs of 256 tokens and more, after inserted tokens too) and with `--cache-reuse 0`; llama-server without
+`--cache-reuse` and with `--cache-reuse 256` (its best for editors). llama-server runs with `-fa on`, as
+llama.cpp contexts made through llama-cpp-python do by default here (so all compute the same way). Sessions
+alternate round by round.
 
 Reported per engine: the latency of the first request of a session (the whole file computed) and of the
-keystrokes after it (median and p95 over every round), tokens taken from the cache on the keystrokes, and the
-ratios localinfer / llama-server.
+keystrokes after it (median and p95 over every round), tokens taken from the cache on the keystrokes, the ratios
+of localinfer to each other engine, and how often a reply differs from the same engine computing the prompt whole
+(a moved run of the cache attended to the old text before it): per request and per session.
 
 Usage: .venv/bin/python bench/infill_typing.py --model PATH_TO_FIM.gguf [--threads 2] [--rounds 3]
        [--keystrokes 30] [--predict 16]
@@ -20,6 +23,7 @@ Usage: .venv/bin/python bench/infill_typing.py --model PATH_TO_FIM.gguf [--threa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -108,6 +112,30 @@ def summary(sessions: list[list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
+def engines_to_run(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Each engine's command line, without its port: localinfer as it ships (cache reuse by shifting, 256) and
+    without it, llama-server without --cache-reuse and with it (256, its best)."""
+    ours = [sys.executable, "-m", "localinfer.app.cli", "serve", str(args.model)]
+    ours += ["--ctx-size", str(CTX), "--parallel", "1", "--threads", str(args.threads)]
+    theirs = [str(llama_cpp_bin(args.llama_cpp_bin) / "llama-server"), "-m", str(args.model)]
+    theirs += ["--host", HOST, "-c", str(CTX), "-np", "1", "-t", str(args.threads), "-fa", "on"]
+    return {
+        "localinfer": ours,
+        "localinfer --cache-reuse 0": [*ours, "--cache-reuse", "0"],
+        "llama-server": theirs,
+        "llama-server --cache-reuse 256": [*theirs, "--cache-reuse", "256"],
+    }
+
+
+def differing(a: list[list[dict[str, Any]]], b: list[list[dict[str, Any]]]) -> dict[str, float]:
+    """How often the replies of two engines' same sessions differ: per request, and per session (any request)."""
+    pairs = [(x["content"] != y["content"]) for sa, sb in zip(a, b, strict=True) for x, y in zip(sa, sb, strict=True)]
+    sessions = [
+        any(x["content"] != y["content"] for x, y in zip(sa, sb, strict=True)) for sa, sb in zip(a, b, strict=True)
+    ]
+    return {"requests": sum(pairs) / len(pairs), "sessions": sum(sessions) / len(sessions)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True, help="a GGUF with FIM tokens")
@@ -119,40 +147,42 @@ def main() -> int:
     args = parser.parse_args()
     install_sigterm_handler()
     logs = RESULTS_DIR / "logs"
-    ours_port, theirs_port = free_port(), free_port()
-    ours_cmd = [sys.executable, "-m", "localinfer.app.cli", "serve", str(args.model), "--port", str(ours_port)]
-    ours_cmd += ["--ctx-size", str(CTX), "--parallel", "1", "--threads", str(args.threads)]
-    theirs_cmd = [str(llama_cpp_bin(args.llama_cpp_bin) / "llama-server"), "-m", str(args.model)]
-    theirs_cmd += ["--host", HOST, "--port", str(theirs_port), "-c", str(CTX), "-np", "1", "-t", str(args.threads)]
-    theirs_cmd += ["-fa", "on"]
-    results: dict[str, list[list[dict[str, Any]]]] = {"localinfer": [], "llama-server": []}
-    with (
-        ManagedServer("localinfer", ours_cmd, ours_port, logs / "infill-localinfer.log") as ours,
-        ManagedServer("llama-server", theirs_cmd, theirs_port, logs / "infill-llama-server.log") as theirs,
-        httpx.Client(timeout=300.0) as client,
-    ):
-        engines = {"localinfer": ours.base_url, "llama-server": theirs.base_url}
+    commands = engines_to_run(args)
+    results: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in commands}
+    with contextlib.ExitStack() as stack:
+        engines: dict[str, str] = {}
+        for i, (name, cmd) in enumerate(commands.items()):
+            port = free_port()
+            log = logs / f"infill-{i}.log"
+            engines[name] = stack.enter_context(ManagedServer(name, [*cmd, "--port", str(port)], port, log)).base_url
+        client = stack.enter_context(httpx.Client(timeout=600.0))
         for url in engines.values():  # warm-up: load, first allocations
             session(client, url, -1, 2, args.predict)
         for number in range(args.rounds):
             order = list(engines) if number % 2 == 0 else list(reversed(engines))
             for name in order:
                 results[name].append(session(client, engines[name], number, args.keystrokes, args.predict))
-                print(f"round {number + 1}: {name} done", file=sys.stderr)
-    same_text = all(
-        a["content"] == b["content"]
-        for sa, sb in zip(results["localinfer"], results["llama-server"], strict=True)
-        for a, b in zip(sa, sb, strict=True)
-    )
+            print(f"round {number + 1} done", file=sys.stderr)
     summaries = {name: summary(sessions) for name, sessions in results.items()}
-    ours_s, theirs_s = summaries["localinfer"], summaries["llama-server"]
+    ours = summaries["localinfer"]
     ratios = {
-        "keystroke_median": ours_s["keystroke_ms_median"] / theirs_s["keystroke_ms_median"],
-        "keystroke_p95": ours_s["keystroke_ms_p95"] / theirs_s["keystroke_ms_p95"],
-        "first": ours_s["first_ms_median"] / theirs_s["first_ms_median"],
-        "keystroke_rounds": [
-            a / b for a, b in zip(ours_s["keystroke_ms_rounds"], theirs_s["keystroke_ms_rounds"], strict=True)
-        ],
+        f"localinfer / {name}": {
+            "keystroke_median": ours["keystroke_ms_median"] / s["keystroke_ms_median"],
+            "keystroke_p95": ours["keystroke_ms_p95"] / s["keystroke_ms_p95"],
+            "keystroke_rounds": [
+                a / b for a, b in zip(ours["keystroke_ms_rounds"], s["keystroke_ms_rounds"], strict=True)
+            ],
+        }
+        for name, s in summaries.items()
+        if name != "localinfer"
+    }
+    differs = {
+        "localinfer vs localinfer --cache-reuse 0": differing(
+            results["localinfer"], results["localinfer --cache-reuse 0"]
+        ),
+        "llama-server --cache-reuse 256 vs llama-server": differing(
+            results["llama-server --cache-reuse 256"], results["llama-server"]
+        ),
     }
     print("| engine | first request ms (median) | keystroke ms median | keystroke ms p95 | cached tokens (min) |")
     print("|---|---:|---:|---:|---:|")
@@ -161,11 +191,11 @@ def main() -> int:
             f"| {name} | {s['first_ms_median']:.0f} | {s['keystroke_ms_median']:.1f} | {s['keystroke_ms_p95']:.1f} "
             f"| {s['cached_on_keystrokes_min']} of ~{s['evaluated_median']:.0f} |"
         )
-    print(
-        f"localinfer / llama-server: keystroke median {ratios['keystroke_median']:.2f} "
-        f"(rounds {', '.join(f'{r:.2f}' for r in ratios['keystroke_rounds'])}), p95 {ratios['keystroke_p95']:.2f}, "
-        f"first request {ratios['first']:.2f}; same text on every request: {same_text}"
-    )
+    for name, r in ratios.items():
+        rounds = ", ".join(f"{x:.2f}" for x in r["keystroke_rounds"])
+        print(f"{name}: keystroke median {r['keystroke_median']:.2f} (rounds {rounds}), p95 {r['keystroke_p95']:.2f}")
+    for name, d in differs.items():
+        print(f"replies that differ, {name}: {d['requests']:.1%} of requests, {d['sessions']:.1%} of sessions")
     write_json(
         RESULTS_DIR / "infill-typing.json",
         {
@@ -173,7 +203,7 @@ def main() -> int:
             "args": {k: str(v) for k, v in vars(args).items()},
             "summaries": summaries,
             "ratios": ratios,
-            "same_text": same_text,
+            "differing": differs,
             "sessions": results,
         },
     )

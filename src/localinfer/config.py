@@ -152,6 +152,20 @@ class Settings(BaseSettings):
     )
     draft: str | None = Field(
         None,
+    cache_reuse: int = Field(
+        256,
+        ge=0,
+        description="GGUF models: runs of at least so many tokens of a slot's cache that come again further on in "
+        "a new prompt are moved there rather than computed again (llama-server's --cache-reuse; 0: off). With one "
+        "slot a run may follow new tokens (a character typed in an editor); with several, as llama-server, only "
+        "removed ones. The reply can differ from computing the prompt whole (docs/benchmarks.md).",
+    )
+    context_shift: bool = Field(
+        False,
+        description="GGUF models: a generation that fills its context drops the oldest half of it (after the "
+        "request's n_keep tokens) and goes on, rather than ending with finish_reason length (llama-server's "
+        "--context-shift).",
+    )
         description="The draft model of spec draft: a GGUF path or a model name, a small model of the served "
         "model's family (Qwen2.5-0.5B for Qwen2.5-7B); setting it turns spec draft on unless spec says otherwise.",
     )

@@ -157,6 +157,7 @@ class GenerationOptions:
     n_indent: int = 0  # llama-server's: a line after the first, indented less than this, ends the text (cut there)
     t_max_predict_ms: float = 0.0  # llama-server's: once generating took longer, the next line end ends the text
     thinking_budget: ThinkingBudget | None = None  # a reasoning model's thinking is cut after so many tokens
+    n_keep: int = 0  # the prompt's first tokens a context shift keeps (-1: the whole prompt; --context-shift)
 
 
 ToolChoice = str  # "auto", "none", "required", or the name of the one function to call
@@ -256,6 +257,7 @@ class Timings:
     draft_n_accepted: int = 0  # of those, the ones it kept
     cache_shared_n: int = 0  # of the prompt tokens reused (Usage.cached_tokens), those copied from another slot
     cache_n: int = 0  # the prompt tokens reused (as Usage.cached_tokens; a chunk before the last has no Usage)
+    cache_shifted_n: int = 0  # of those, the ones moved to new positions rather than computed (kv_shift.py)
 
     def __add__(self, other: Timings) -> Timings:
         return Timings(
@@ -267,6 +269,7 @@ class Timings:
             self.draft_n_accepted + other.draft_n_accepted,
             self.cache_shared_n + other.cache_shared_n,
             self.cache_n + other.cache_n,
+            self.cache_shifted_n + other.cache_shifted_n,
         )
 
     @property
@@ -328,6 +331,7 @@ class TokenChunk:
     id_slot: int | None = None
     prompt_tokens: int | None = None
     reasoning: str = ""
+    truncated: bool = False  # on the last chunk: its context filled and was shifted, the oldest tokens dropped
 
 
 @dataclass(frozen=True)

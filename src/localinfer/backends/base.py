@@ -85,6 +85,8 @@ class LoadSpec:
     draft_min: int = 0  # a shorter draft is not verified
     extra_args: tuple[str, ...] = ()  # passed as-is to an engine run as a process (vLLM: --tensor-parallel-size 2)
     pooling: str = ""  # llama-server's --pooling for embeddings: mean, cls, last, rank, none; "": as the file states
+    cache_reuse: int = 256  # runs of at least so many cached tokens are moved, not recomputed (0: off; kv_shift.py)
+    context_shift: bool = False  # a generation at the end of its context drops the oldest half and goes on
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,8 @@ class Engine:
             flash_attn=s.flash_attn,
             speculation=s.speculation,
             draft_path=self._draft_path(),
+            cache_reuse=s.cache_reuse,
+            context_shift=s.context_shift,
             draft_max=s.draft_max,
             draft_min=s.draft_min,
             pooling=self._served(manifest.name).pooling,

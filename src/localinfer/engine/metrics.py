@@ -81,6 +81,12 @@ class EngineMetrics:
             ["model"],
             registry=r,
         )
+        self._shifted = Counter(
+            "localinfer_prompt_tokens_shifted",
+            "Prompt tokens moved to new positions in a slot's cache rather than computed (part of the cached ones)",
+            ["model"],
+            registry=r,
+        )
         self._ttft = Histogram(
             "localinfer_time_to_first_token_seconds",
             "From a request reaching the engine to its first chunk",
@@ -137,6 +143,7 @@ class EngineMetrics:
                             self._drafted.labels(model).inc(chunk.timings.draft_n)
                             self._draft_kept.labels(model).inc(chunk.timings.draft_n_accepted)
                             self._shared.labels(model).inc(chunk.timings.cache_shared_n)
+                            self._shifted.labels(model).inc(chunk.timings.cache_shifted_n)
                     yield chunk
         except (GeneratorExit, asyncio.CancelledError):
             if outcome == "error":  # closed (or its reader cancelled) before its last chunk

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import ipaddress
 import sys
@@ -22,7 +23,6 @@ from localinfer.errors import ConfigError, LocalInferError
 from localinfer.models.store import validate_name
 
 if TYPE_CHECKING:
-    import argparse
     from pathlib import Path
 
     from fastapi import FastAPI
@@ -114,6 +114,21 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--spec",
+    p.add_argument(
+        "--cache-reuse",
+        type=int,
+        metavar="N",
+        help="GGUF models: runs of at least N cached tokens that come again further on in a new prompt are moved, "
+        "not recomputed (default 256; 0: off). With one slot (-np 1) a run may follow new tokens, so a keystroke "
+        "in an editor computes only what changed; the reply can differ from computing the prompt whole",
+    )
+    p.add_argument(
+        "--context-shift",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="GGUF models: a generation that fills its context drops its oldest half (after n_keep tokens) and "
+        "goes on, rather than ending (default: off, as llama-server)",
+    )
         choices=("ngram", "draft", "off"),
         help="speculative decoding (GGUF): ngram guesses the next tokens from the prompt, the reply so far and "
         "the model's recent outputs (the default), draft from a draft model (--draft); the guesses are verified "
@@ -240,6 +255,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         draft=args.draft,
         draft_max=args.draft_max,
         draft_min=args.draft_min,
+        cache_reuse=args.cache_reuse,
+        context_shift=args.context_shift,
         model=args.model,
         engine_args=_engine_args(args) or None,
         allow_hosts=args.allow_host,

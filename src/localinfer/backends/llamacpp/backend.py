@@ -206,6 +206,7 @@ class LlamaCppBackend(Backend):
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
             text=constraint.text_stream(options.stop) if constraint else text_stream_for(options),
             thinking=_thinking_cutter(model, options.thinking_budget),
+            n_keep=options.n_keep,
         )
         loop.submit(job)  # raises QueueFull (and frees the sampler) when the slots and the queue are taken
         try:

@@ -35,14 +35,23 @@ _WAKE = _Wake()
 
 Start = Callable[[Slot, Job], None]
 Release = Callable[[Slot], None]
+Affinity = Callable[[Slot, list[int]], int]  # how many of a prompt's tokens a slot's cache serves
+
+
+def prefix_affinity(slot: Slot, prompt: list[int]) -> int:
+    """The tokens of ``prompt`` that ``slot``'s cache serves as its prefix."""
+    return common_prefix(slot.cached, prompt)
 
 
 class JobQueue:
     """A bounded queue of jobs in front of ``slots``: at most ``max_queue`` wait while every slot is busy."""
 
-    def __init__(self, slots: Sequence[Slot], *, max_queue: int) -> None:
+    def __init__(self, slots: Sequence[Slot], *, max_queue: int, affinity: Affinity = prefix_affinity) -> None:
+        """``affinity``: how many of a prompt's tokens a slot's cache serves (its prefix, and what it would move);
+        a job goes to the free slot that serves most."""
         self._slots = slots
         self._max_queue = max_queue
+        self._affinity = affinity
         self._incoming: queue.SimpleQueue[Job | _Wake | None] = queue.SimpleQueue()
         self._waiting: deque[Job] = deque()
         self._lock = threading.Lock()
@@ -136,7 +145,7 @@ class JobQueue:
                     self._pending += 1
                 free = [yielding]
             job = next(job for job in self._waiting if job.priority == top)
-            start(max(free, key=lambda s: (common_prefix(s.cached, job.prompt), -len(s.cached))), job)
+            start(max(free, key=lambda s: (self._affinity(s, job.prompt), -len(s.cached))), job)
             self._waiting.remove(job)  # only once started: a start that raises leaves it in line, for close()
             self._left_queue()
 

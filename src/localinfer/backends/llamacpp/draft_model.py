@@ -68,7 +68,7 @@ class DraftModel:
         if spec.draft_path is None:
             raise ModelLoadError("speculation by a draft model needs one", hint="name it with --draft MODEL")
         draft_spec = dataclasses.replace(
-            spec, path=spec.draft_path, ctx_size=target.n_ctx, parallel=target.n_seq_max, draft_path=None
+            spec, path=spec.draft_path, ctx_size=target.n_ctx, parallel=target.n_seq_max, draft_path=None, cache_reuse=0
         )
         model = LlamaModel.load(draft_spec)
         problem = vocab_mismatch(target.vocab, model.vocab)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.llamacpp.checkpoints import Checkpoint
+from localinfer.backends.llamacpp.kv_shift import Run
 from localinfer.backends.llamacpp.sampling import TokenBias
 from localinfer.backends.llamacpp.speculative import Speculation
 from localinfer.backends.llamacpp.thinking_budget import ThinkingCutter
@@ -87,6 +88,9 @@ class Job:
     has_new_line: bool = False  # a line break was sent (llama-server's /slots has_new_line)
     speculation: Speculation | None = None  # drafts its generating steps (None: one token per step)
     shared_tokens: int = 0  # of cached_tokens, those copied from another slot's cache
+    shifted_tokens: int = 0  # of cached_tokens, those moved to new positions (kv_shift.py)
+    n_keep: int = 0  # the prompt's first tokens a context shift keeps (-1: the whole prompt)
+    context_shifts: int = 0  # times its context was shifted to make room
     timings_per_token: bool = False  # every chunk carries the timings so far (llama-server's timings_per_token)
     return_progress: bool = False  # chunks say how far the prompt is (llama-server's return_progress)
     id_slot: int | None = None  # the slot it runs in, once it has one
@@ -142,6 +146,7 @@ class Job:
             draft_n=self.speculation.proposed if self.speculation is not None else 0,
             draft_n_accepted=self.speculation.accepted if self.speculation is not None else 0,
             cache_shared_n=self.shared_tokens,
+            cache_shifted_n=self.shifted_tokens,
             cache_n=self.cached_tokens,
         )
 
@@ -163,6 +168,7 @@ class Job:
                 tokens=tokens,
                 id_slot=self.id_slot,
                 prompt_tokens=len(self.prompt),
+                truncated=self.context_shifts > 0,
             )
         )
 
@@ -188,6 +194,10 @@ class Slot:
     draft: list[int] = field(default_factory=list)  # fed after next_token this step, to be verified
     batch_index: int = -1
     checkpoint: Checkpoint | None = None  # sliding-window models only: the window as of the last prompt
+    # runs of the old cache waiting in the scratch sequence, each to be put back once the tokens before it are
+    # computed, with the prompt's tokens after it (kv_shift.py); ``shift``: how far they have moved so far
+    pending: list[tuple[Run, list[int]]] = field(default_factory=list)
+    shift: int = 0
 
     @property
     def idle(self) -> bool:
@@ -201,6 +211,7 @@ class Slot:
         job.yielded = True
         self.job = None
         self.to_prefill = []
+        self.pending = []  # the runs left in the scratch sequence are dropped when the next job starts
         return job
 
 

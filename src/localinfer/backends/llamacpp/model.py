@@ -161,6 +161,9 @@ class LlamaModel:
     cache_types: tuple[str, str] = (DEFAULT_KV_CACHE_TYPE, DEFAULT_KV_CACHE_TYPE)  # keys', values' element types
     pooling: str = ""  # the pooling asked for in place of the stated one (llama-server's --pooling); "": the stated
 
+    cache_reuse: int = 0  # runs of at least so many cached tokens are moved rather than recomputed (kv_shift.py)
+    scratch_seq: int = -1  # the sequence where moved runs wait for the tokens before them (-1: none; kv_shift.py)
+    context_shift: bool = False
     @property
     def n_swa(self) -> int:
         """The sliding window of the model's attention, 0 if it has none."""
@@ -196,10 +199,16 @@ class LlamaModel:
         cparams.n_ctx = n_ctx * parallel
         cparams.n_batch = spec.batch_size
         cparams.n_ubatch = min(spec.ubatch_size, spec.batch_size)
-        cparams.n_seq_max = parallel
+        cparams.n_seq_max = parallel + 1 if scratch else parallel
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        cparams.kv_unified = False
+        # With one slot, a sequence more holds cached runs while the new tokens before them are computed
+        # (kv_shift.py): its cells must be in the slot's stream, so the cache is one stream (the same buffer).
+        scratch = spec.cache_reuse > 0 and parallel == 1 and lc.llama_model_n_swa(model) == 0
+        cparams.kv_unified = scratch
+        if spec.gpu_layers == 0:  # the CPU alone: no KV cache on a GPU, and no large batches sent there to compute
+            cparams.offload_kqv = False  # (llama.cpp's op offload kept 127 MiB on an H200 with every layer on the
+            cparams.op_offload = False  # CPU: docs/benchmarks.md)
         # A sliding-window cache holds only the window (plus a batch), not the whole context; the step loop
         # checkpoints it so prefix reuse still works (llama-server does the same; full size costs 2-5x memory).
         cparams.swa_full = False
@@ -257,6 +266,9 @@ class LlamaModel:
             self.ctx = None
         if self.model:
             lc.llama_model_free(self.model)
+            cache_reuse=spec.cache_reuse,
+            scratch_seq=parallel if scratch else -1,
+            context_shift=spec.context_shift,
             self.model = None
 
     # --- vocabulary -------------------------------------------------------------------------------------

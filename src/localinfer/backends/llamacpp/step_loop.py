@@ -26,6 +26,7 @@ from localinfer.backends.base import DecodeStats, SlotInfo, SlotUsage
 from localinfer.backends.llamacpp import checkpoints
 from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
+from localinfer.backends.llamacpp.kv_shift import Run, can_shift, reuse_plan
 from localinfer.backends.llamacpp.logprobs import sample_with_logprob, token_logprob
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import greedy_token
@@ -79,7 +80,7 @@ class StepLoop:
         self._model = model
         self._drafting = drafting
         self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
-        self._queue = JobQueue(self._slots, max_queue=max_queue)
+        self._queue = JobQueue(self._slots, max_queue=max_queue, affinity=self._served_tokens)
         self._capacity = max(model.n_batch, model.n_seq_max)
         self._batch = lc.llama_batch_init(self._capacity, 0, 1)
         assert model.ctx is not None, "the step loop needs a loaded model"
@@ -87,6 +88,12 @@ class StepLoop:
         self._memory = lc.llama_get_memory(self._ctx)
         self._n_vocab = int(lc.llama_vocab_n_tokens(model.vocab))
         self._n_swa = model.n_swa
+        self._add_bos = int(lc.llama_vocab_get_add_bos(model.vocab))
+        refused = can_shift(self._memory, self._n_swa) if model.cache_reuse > 0 else None
+        if refused is not None:
+            log.info("cache reuse by shifting is off for this model: %s", refused)
+        self._reuse_min = model.cache_reuse if refused is None else 0
+        self._scratch = model.scratch_seq if self._reuse_min else -1
         weighing = drafting is not None and drafting.weigh_costs
         self._costs = (costs if costs is not None else StepCosts()) if weighing else None
         self.outbox = Outbox()
@@ -195,22 +202,31 @@ class StepLoop:
             reuse = shared
         elif self._n_swa and reuse > 0:
             reuse = self._rewind_window(slot, reuse)
-        if not lc.llama_memory_seq_rm(self._memory, slot.seq_id, reuse, -1):
-            self._clear(slot)
-            reuse = 0
-        slot.cached = slot.cached[:reuse]
+        if self._scratch >= 0:  # runs a job left there unplaced (it ended or yielded mid-prompt)
+            lc.llama_memory_seq_rm(self._memory, self._scratch, -1, -1)
+            slot.pending, slot.shift = [], 0
+        runs = self._runs(slot, job.prompt, reuse) if job.cache_prompt and not shared else []
+        if runs:
+            self._place(slot, job.prompt, reuse, runs)
+        else:
+            if not lc.llama_memory_seq_rm(self._memory, slot.seq_id, reuse, -1):
+                self._clear(slot)
+                reuse = 0
+            slot.cached = slot.cached[:reuse]
+            slot.to_prefill = job.prompt[reuse:]
         if slot.checkpoint is not None and slot.checkpoint.n_tokens > reuse:
             slot.checkpoint = None  # it holds a window of tokens that are about to be replaced
-        slot.to_prefill = job.prompt[reuse:]
+        shifted = sum(run.length for run in runs)
         slot.next_token = None
         slot.draft = []
         slot.job = job
         job.id_slot = slot.seq_id
-        job.cached_tokens = reuse
-        self.stats.cached_tokens += reuse
+        job.cached_tokens = reuse + shifted
+        self.stats.cached_tokens += reuse + shifted
         job.shared_tokens = shared
+        job.shifted_tokens = shifted
         job.t_prefill_start = time.perf_counter()
-        job.report_progress(reuse)  # the request has started: nothing computed yet
+        job.report_progress(len(slot.cached))  # the request has started: nothing computed yet
         if self._drafting is not None:  # made here, not at submit: a draft model drafts in the slot's sequence
             d = self._drafting
             job.speculation = Speculation(
@@ -219,6 +235,74 @@ class StepLoop:
                 draft_min=d.draft_min,
                 costs=self._costs,
             )
+
+    def _served_tokens(self, slot: Slot, prompt: list[int]) -> int:
+        """How many of ``prompt``'s tokens ``slot``'s cache serves: its prefix, and the runs it would move."""
+        prefix = common_prefix(slot.cached, prompt)
+        return prefix + sum(run.length for run in self._runs(slot, prompt, min(prefix, len(prompt) - 1)))
+
+    def _runs(self, slot: Slot, prompt: list[int], reuse: int) -> list[Run]:
+        """The runs of ``slot``'s cache past the ``reuse`` tokens it shares with ``prompt`` that ``prompt`` has
+        again (kv_shift.py): after new tokens too where a scratch sequence can hold them meanwhile."""
+        if self._reuse_min <= 0:
+            return []
+        return reuse_plan(slot.cached, prompt, reuse, self._reuse_min, inserts=self._scratch >= 0)
+
+    def _place(self, slot: Slot, prompt: list[int], start: int, runs: list[Run]) -> None:
+        """Move ``runs`` of ``slot``'s cache to where ``prompt`` has them, keeping its first ``start`` tokens; what
+        lies between is computed. In a stream of its own, each run moves back right after the last, as
+        llama-server moves them; with a scratch sequence, the runs wait there and each is put back once the tokens
+        before it are computed (``_put_back``)."""
+        memory, seq = self._memory, slot.seq_id
+        if self._scratch < 0:
+            head = start
+            for run in runs:  # each run's target is ``head``: reuse_plan without inserts
+                lc.llama_memory_seq_rm(memory, seq, head, run.source)
+                lc.llama_memory_seq_add(memory, seq, run.source, run.source + run.length, run.shift)
+                head = run.target + run.length
+            lc.llama_memory_seq_rm(memory, seq, head, -1)
+            slot.cached, slot.to_prefill = prompt[:head], prompt[head:]
+            return
+        for run in runs:
+            lc.llama_memory_seq_cp(memory, seq, self._scratch, run.source, run.source + run.length)
+        lc.llama_memory_seq_rm(memory, seq, start, -1)
+        slot.cached, slot.to_prefill = prompt[:start], prompt[start : runs[0].target]
+        nexts = [*(run.target for run in runs[1:]), len(prompt)]  # where the tokens after each run end
+        slot.pending = [(run, prompt[run.target + run.length : end]) for run, end in zip(runs, nexts, strict=True)]
+        slot.shift = 0
+        self._put_back(slot, prompt)
+
+    def _put_back(self, slot: Slot, prompt: list[int]) -> None:
+        """Put back into ``slot``'s sequence the waiting runs that nothing is to be computed before any more: each
+        moved to its place (with every run after it, so none overlaps another in the scratch sequence) and handed
+        over; the tokens after it are computed next."""
+        memory = self._memory
+        while not slot.to_prefill and slot.pending:
+            run, after = slot.pending.pop(0)
+            assert len(slot.cached) == run.target, "a run goes back right after what is computed"
+            moved = run.target - (run.source + slot.shift)
+            if moved:
+                lc.llama_memory_seq_add(memory, self._scratch, run.source + slot.shift, -1, moved)
+                slot.shift += moved
+            lc.llama_memory_seq_cp(memory, self._scratch, slot.seq_id, run.target, run.target + run.length)
+            lc.llama_memory_seq_rm(memory, self._scratch, run.target, run.target + run.length)
+            slot.cached.extend(prompt[run.target : run.target + run.length])
+            slot.to_prefill = after
+
+    def _shift_context(self, slot: Slot, job: Job) -> None:
+        """Make room in a full context (llama-server's context shift): drop the older half of what follows the
+        request's first ``n_keep`` tokens and move the rest back; the generation goes on."""
+        keep = (job.n_keep if job.n_keep >= 0 else len(job.prompt)) + self._add_bos  # as llama-server counts it
+        keep = min(self._model.n_ctx - 4, keep)
+        left = len(slot.cached) - keep
+        discard = min(max(left // 2, 0), max(0, left - 1))
+        memory, seq = self._memory, slot.seq_id
+        lc.llama_memory_seq_rm(memory, seq, keep, keep + discard)
+        lc.llama_memory_seq_add(memory, seq, keep + discard, -1, -discard)
+        del slot.cached[keep : keep + discard]
+        job.speculation = None  # its source no longer lines up with the cache
+        job.context_shifts += 1
+        log.debug("request %s: context shifted, %d tokens dropped after the first %d", job.request_id, discard, keep)
 
     def _borrow_prefix(self, slot: Slot, prompt: list[int], reuse: int) -> int:
         """Copy into ``slot`` the cache of another slot that holds a longer prefix of ``prompt`` (by at least
@@ -268,6 +352,8 @@ class StepLoop:
         drafting = self._drafting is not None and len(generating) <= self._drafting.max_generating
         for slot in generating:  # one token each, and a draft of the tokens after it where one is guessed
             assert slot.next_token is not None and slot.job is not None
+            if self._model.context_shift and len(slot.cached) + 1 >= self._model.n_ctx:
+                self._shift_context(slot, slot.job)
             slot.draft = self._draft(slot, slot.job, n + 1, self._capacity - n - 1) if drafting else []
             tokens = [slot.next_token, *slot.draft]
             for i, token in enumerate(tokens):
@@ -288,7 +374,7 @@ class StepLoop:
             take = slot.to_prefill[:budget]
             pos = len(slot.cached)
             for i, token in enumerate(take):
-                last = i == len(take) - 1 and len(take) == len(slot.to_prefill)
+                last = i == len(take) - 1 and len(take) == len(slot.to_prefill) and not slot.pending
                 self._add(n, token, pos + i, slot.seq_id, last)
                 if last:
                     slot.batch_index = n
@@ -310,6 +396,8 @@ class StepLoop:
         prompt_seconds = time.perf_counter() - started
         for slot, tokens in fed:
             slot.cached.extend(tokens)
+            if slot.job is not None and slot.pending and not slot.to_prefill:
+                self._put_back(slot, slot.job.prompt)
             if slot.job is not None and slot not in generating:  # a chunk of its prompt was computed
                 slot.job.report_progress(len(slot.cached))
             if self._n_swa and slot.job is not None and slot.next_token is None and not slot.to_prefill:
@@ -417,7 +505,7 @@ class StepLoop:
             return None
         if job.text.stopped:
             self._finish(slot, "length" if job.text.limited else "stop")
-        elif job.reached_max_tokens() or n_cached + 1 >= model.n_ctx:
+        elif job.reached_max_tokens() or (n_cached + 1 >= model.n_ctx and not model.context_shift):
             self._finish(slot, "length")
         else:
             return int(token)

@@ -7,10 +7,13 @@ from localinfer.types import Timings
 
 def speculation_body(t: Timings) -> dict[str, int]:
     """llama-server's ``draft_n`` and ``draft_n_accepted`` when the reply was speculated (it sends them only
-    then), and ``cache_shared_n`` when part of the prompt was copied from another slot's cache (ours)."""
+    then), ``cache_shared_n`` when part of the prompt was copied from another slot's cache, and ``cache_shifted_n``
+    when part of it was moved to new positions rather than computed (both ours)."""
     body: dict[str, int] = {}
     if t.draft_n:
         body.update(draft_n=t.draft_n, draft_n_accepted=t.draft_n_accepted)
     if t.cache_shared_n:
         body["cache_shared_n"] = t.cache_shared_n
+    if t.cache_shifted_n:
+        body["cache_shifted_n"] = t.cache_shifted_n
     return body

@@ -113,7 +113,7 @@ def final_body(
         "generation_settings": {**served.settings, "stream": stream},
         "prompt": served.prompt,
         "has_new_line": "\n" in content,
-        "truncated": False,
+        "truncated": last.truncated,
         "stop_type": stop_type(last),
         "stopping_word": last.stop_word or "",
         "tokens_cached": usage.prompt_tokens + max(predicted - 1, 0),

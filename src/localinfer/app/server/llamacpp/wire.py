@@ -126,6 +126,7 @@ class CompletionBody(_Wire):
     timings_per_token: bool = False  # every streamed piece carries the timings so far
     return_progress: bool = False  # a stream sends the prompt's progress while it is computed
     n_cmpl: StrictInt | None = None  # completions of each prompt (``n``, OpenAI's name, when not given)
+    n_keep: int = Field(0, ge=-1)  # the prompt's first tokens a context shift keeps (-1: all of it)
     n: StrictInt | None = None
 
     def choices(self, n_prompts: int) -> int:
@@ -198,6 +199,7 @@ class CompletionBody(_Wire):
             logprobs_after_sampling=self.post_sampling_probs,
             timings_per_token=self.timings_per_token,
             return_progress=self.return_progress and self.stream,  # llama-server sends progress only in a stream
+            n_keep=self.n_keep,
         )
 
     def settings(self, options: GenerationOptions, n_ctx: int, eog_ids: tuple[int, ...] = ()) -> dict[str, Any]:

@@ -103,6 +103,7 @@ class Options(_Wire):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     typical_p: float = Field(1.0, gt=0.0, le=1.0)
     mirostat: int = Field(0, ge=0, le=2)
+    num_keep: int = Field(4, ge=-1)  # the prompt's first tokens a context shift keeps (Ollama's default: 4)
 
     def to_core(self, response_format: ResponseFormat) -> GenerationOptions:
         if self.mirostat:
@@ -124,7 +125,11 @@ class Options(_Wire):
         )
         max_tokens = self.num_predict if self.num_predict is not None and self.num_predict > 0 else None
         return GenerationOptions(
-            sampling=sampling, max_tokens=max_tokens, stop=tuple(stops), response_format=response_format
+            sampling=sampling,
+            max_tokens=max_tokens,
+            stop=tuple(stops),
+            response_format=response_format,
+            n_keep=self.num_keep,
         )
 
 
