@@ -87,6 +87,8 @@ class LoadSpec:
     pooling: str = ""  # llama-server's --pooling for embeddings: mean, cls, last, rank, none; "": as the file states
     cache_reuse: int = 256  # runs of at least so many cached tokens are moved, not recomputed (0: off; kv_shift.py)
     context_shift: bool = False  # a generation at the end of its context drops the oldest half and goes on
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take offloaded layers
+    tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, RPC workers first; (): by memory
 
 
 @dataclass(frozen=True)

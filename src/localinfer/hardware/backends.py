@@ -54,8 +54,12 @@ def llamacpp_availability(probe: Mapping[str, Any] | None, error: str | None) ->
             "llamacpp", False, f"{label} is installed but does not load: {probe['error']}", version
         )
     gpus = llama_gpu_backends(str(probe.get("system_info") or ""))
-    offload = bool(probe.get("gpu_offload"))
+    rpc = bool(probe.get("rpc"))
+    # llama.cpp says it can offload when it has the RPC backend alone: that is no GPU here
+    offload = bool(probe.get("gpu_offload")) and (bool(gpus) or not rpc)
     where = f"with {', '.join(gpus)}" if offload and gpus else "with GPU offload" if offload else "CPU only"
+    if rpc:
+        where += ", RPC workers (serve --rpc)"
     if probe.get("cpu_variant"):  # the packaged app: one of llama.cpp's CPU builds, the best this CPU runs
         where += f", CPU variant {probe['cpu_variant']}"
     return BackendAvailability("llamacpp", True, f"{label}, {where}", str(probe.get("version") or version), offload)

@@ -48,13 +48,15 @@ def probe_nvml() -> dict[str, Any]:
 
 
 def probe_llamacpp() -> dict[str, Any]:
-    """llama-cpp-python's version, whether it can offload to a GPU, llama.cpp's system info line and, in the
-    packaged app, which of its CPU variants was loaded (``backends.llamacpp.cpu_variants``)."""
+    """llama-cpp-python's version, whether it can offload to a GPU (or RPC workers) and has the RPC backend,
+    llama.cpp's system info line and, in the packaged app, which of its CPU variants was loaded
+    (``backends.llamacpp.cpu_variants``)."""
     llama_cpp = importlib.import_module("llama_cpp")
     info = llama_cpp.llama_print_system_info()
     return {
         "version": str(getattr(llama_cpp, "__version__", "")) or None,
-        "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),  # true with the RPC backend alone
+        "rpc": bool(llama_cpp.llama_supports_rpc()),
         "system_info": _text(info),
         "cpu_variant": os.environ.get(CPU_VARIANT_LOADED_ENV),
     }

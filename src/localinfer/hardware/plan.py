@@ -54,6 +54,7 @@ class Overrides:
     cache_type_k: str | None = None  # the KV cache's element types (types.KV_CACHE_BYTES); None: planned
     cache_type_v: str | None = None
     flash_attn: str = "auto"  # "off": plain attention, which cannot read a quantized value cache
+    rpc_workers: int = 0  # llama.cpp RPC workers (serve --rpc) whose devices take offloaded layers
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,10 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
 
     layers_total = (model.n_layers or 0) + 1  # llama.cpp counts the output layer as one more
     gpu_layers, device = 0, "cpu"
-    if overrides.gpu_layers is not None and overrides.gpu_layers != 0 and not gpus:
+    if overrides.rpc_workers and overrides.gpu_layers != 0:
+        gpu_layers, device, why = _rpc_layers(overrides, gpus, layers_total)
+        reasons.append(why)
+    elif overrides.gpu_layers is not None and overrides.gpu_layers != 0 and not gpus:
         reasons.append("GPU layers were asked for, but no GPU here can take them: every layer runs on the CPU")
     elif overrides.gpu_layers is not None:
         gpu_layers = layers_total if overrides.gpu_layers < 0 else min(overrides.gpu_layers, layers_total)
@@ -207,6 +211,19 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
         cache_type_k=type_k,
         cache_type_v=type_v,
     )
+
+
+def _rpc_layers(overrides: Overrides, gpus: list[GPUInfo], layers_total: int) -> tuple[int, str, str]:
+    """Layers offloaded, the device and why, with RPC workers: all unless --gpu-layers says how many (the first
+    ones stay on this machine's CPU), shared by llama.cpp among the workers and the local GPUs."""
+    asked = overrides.gpu_layers
+    layers = layers_total if asked is None or asked < 0 else min(asked, layers_total)
+    workers = f"{overrides.rpc_workers} RPC worker{'s' if overrides.rpc_workers > 1 else ''}"
+    over = f"{workers} and {len(gpus)} local GPU{'s' if len(gpus) > 1 else ''}" if gpus else workers
+    rest = "" if layers == layers_total else f"; the first {layers_total - layers} on this machine's CPU"
+    how = "as asked" if asked is not None and asked >= 0 else "all"
+    why = f"{layers} of {layers_total} layers ({how}) over {over}, shared by free memory or --tensor-split{rest}"
+    return layers, "rpc" + (f"+{_devices(gpus)}" if gpus else ""), why
 
 
 def _kv_cache_types(model: ModelProfile, overrides: Overrides, ctx: int, room: int) -> tuple[str, str, str]:

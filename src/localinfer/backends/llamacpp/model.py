@@ -16,6 +16,7 @@ from pathlib import Path
 import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.base import FimTokens, LoadSpec, ModelFacts
+from localinfer.backends.llamacpp import rpc
 from localinfer.errors import ModelLoadError
 from localinfer.models.metadata.thinking import thinking_markers
 from localinfer.types import DEFAULT_KV_CACHE_TYPE, KV_CACHE_BYTES
@@ -179,6 +180,11 @@ class LlamaModel:
         _init_backend()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = spec.gpu_layers if spec.gpu_layers >= 0 else 999
+        placed = rpc.placement(spec.rpc, spec.tensor_split)
+        if placed is not None:  # RPC workers or a tensor split: the devices and shares as placed, kept until loaded
+            keep = placed.arrays(int(lc.llama_max_devices()))
+            mparams.devices = ctypes.cast(keep[0], ctypes.c_void_p)
+            mparams.tensor_split = keep[1]
         model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
             raise ModelLoadError(
@@ -244,6 +250,8 @@ class LlamaModel:
         )
         n_layer = int(lc.llama_model_n_layer(model))
         offloaded = min(mparams.n_gpu_layers, n_layer + 1) if lc.llama_supports_gpu_offload() else 0
+        if placed is not None:
+            log.info("%s: %s", spec.name or path.name, placed.describe(n_layer, offloaded))
         n_batch = int(lc.llama_n_batch(ctx))  # llama.cpp caps it at the context
         n_ubatch = int(lc.llama_n_ubatch(ctx))
         return cls(

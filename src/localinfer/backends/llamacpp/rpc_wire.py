@@ -1,0 +1,113 @@
+"""llama.cpp RPC workers as addresses: parsed, checked for what binding them exposes, and asked (over TCP, without
+llama.cpp) whether they answer and speak our protocol version.
+
+This module imports nothing heavy: ``serve`` checks its workers with it before anything loads, and the C client
+aborts the whole process on a worker it cannot reach, so nothing reaches llama.cpp unchecked.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+
+from localinfer.errors import ConfigError
+
+DEFAULT_PORT = 50052  # rpc-server's
+# The protocol of the llama.cpp that llama-cpp-python 0.3.36 vendors (ggml/include/ggml-rpc.h): a worker must
+# have the same major version and a minor version no newer. Change with the pin.
+PROTOCOL = (7, 0, 0)
+_HELLO = 14  # the command number of the handshake; never changes between versions
+_CAPS = 24  # bytes of transport capabilities in the handshake (all zero: plain TCP)
+PROBE_TIMEOUT = 5.0  # seconds to connect and be answered; a worker busy with another client answers no one
+SAFE_WAYS = "an SSH tunnel (ssh -L 50052:127.0.0.1:50052 worker) or a private network (WireGuard, Tailscale)"
+
+
+class RpcWorkerError(ConfigError):
+    """An RPC worker that cannot be used: unreachable, busy, or speaking another protocol version."""
+
+    def __init__(self, endpoint: str, message: str, *, hint: str) -> None:
+        super().__init__(f"RPC worker {endpoint}: {message}", hint=hint)
+        self.endpoint = endpoint
+
+
+def parse_endpoint(text: str) -> str:
+    """``host:port`` (``[v6]:port``, or ``host`` for port 50052) as ``host:port``. Raises ConfigError."""
+    text = text.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or host.endswith(":"):  # no port, or a bare IPv6 address
+        host, port = text, str(DEFAULT_PORT)
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"'{text}' is not an RPC worker's address", hint="write HOST:PORT, e.g. 192.168.1.5:50052")
+    return f"{host}:{int(port)}"
+
+
+def parse_endpoints(text: str) -> tuple[str, ...]:
+    """A comma-separated list of workers (llama-server's --rpc), each as ``host:port``, without repeats."""
+    seen: dict[str, None] = {}
+    for part in text.split(","):
+        if part.strip():
+            seen[parse_endpoint(part)] = None
+    return tuple(seen)
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    return host, int(port)
+
+
+def exposure(host: str) -> str:
+    """How far a worker bound to ``host`` can be reached: ``loopback``, ``network`` (one address of this machine)
+    or ``everywhere`` (every address: 0.0.0.0, ::)."""
+    if host in ("localhost", ""):
+        return "loopback" if host else "everywhere"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return "network"  # a name: whatever it resolves to
+    if address.is_unspecified:
+        return "everywhere"
+    return "loopback" if address.is_loopback else "network"
+
+
+def probe(endpoint: str, *, timeout: float = PROBE_TIMEOUT) -> tuple[int, int, int]:
+    """Shake hands with the worker at ``endpoint`` as llama.cpp's client does and hang up; its protocol version.
+    Raises RpcWorkerError when it cannot be reached, does not answer in ``timeout`` seconds, or speaks a protocol
+    llama.cpp here cannot."""
+    host, port = split_endpoint(endpoint)
+    start = f"start it there: localinfer rpc --host ADDRESS --port {port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(struct.pack("<BQ", _HELLO, _CAPS) + bytes(_CAPS))
+            size = struct.unpack("<Q", _receive(sock, 8))[0]
+            answer = _receive(sock, size)
+    except TimeoutError as exc:
+        raise RpcWorkerError(
+            endpoint,
+            f"no answer in {timeout:.0f} s",
+            hint="a worker serves one client at a time: is another localinfer or llama-server using it?",
+        ) from exc
+    except OSError as exc:
+        raise RpcWorkerError(endpoint, f"cannot connect ({exc.strerror or exc})", hint=start) from exc
+    if size < 3:
+        raise RpcWorkerError(endpoint, "answered, but not as an RPC worker", hint=f"check the port; {start}")
+    version = (answer[0], answer[1], answer[2])
+    if version[0] != PROTOCOL[0] or version[1] > PROTOCOL[1]:
+        theirs, ours = ".".join(map(str, version)), ".".join(map(str, PROTOCOL))
+        raise RpcWorkerError(
+            endpoint,
+            f"speaks RPC protocol {theirs}, this llama.cpp speaks {ours}",
+            hint="run the same localinfer (or llama.cpp) version on every machine",
+        )
+    return version
+
+
+def _receive(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionResetError(0, "the connection closed during the handshake")
+        data += chunk
+    return data
