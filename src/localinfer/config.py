@@ -123,6 +123,18 @@ class Settings(BaseSettings):
     gpu_layers: int | None = Field(
         None, ge=-1, description="Layers offloaded to the GPU; -1 means all, unset means as many as fit."
     )
+    rpc: str = Field(
+        "",
+        description="llama.cpp RPC workers (`localinfer rpc` or rpc-server on other machines) as HOST:PORT,... "
+        "(llama-server's --rpc): GGUF models' offloaded layers are split over their devices and this machine's GPUs "
+        "by free memory; all layers are offloaded unless gpu_layers says how many. The protocol has no "
+        "authentication: reach workers over loopback, an SSH tunnel or a private network (docs/distributed.md).",
+    )
+    tensor_split: str = Field(
+        "",
+        description="Shares of the offloaded layers per device, comma-separated, the RPC workers first and then "
+        "the local GPUs (llama-server's --tensor-split, e.g. 3,1); unset means by free memory.",
+    )
     cache_type_k: str | None = Field(
         None,
         description="Element type of the KV cache's keys (llama-server's -ctk): "
@@ -140,18 +152,6 @@ class Settings(BaseSettings):
         "it. On a CPU, off (plain attention) can generate much faster (docs/benchmarks.md); it then turns prompt "
         "lookup off unless spec is set, because drafts verified with plain attention change greedy text.",
     )
-    spec: Literal["ngram", "draft", "off"] | None = Field(
-        None,
-        description="Speculative decoding of GGUF models: ngram (prompt lookup: tokens that followed the same few "
-        "tokens earlier in the prompt, the reply or the model's recent outputs are verified together, as many as "
-        "pay), draft (a small model of the same vocabulary, the draft setting, guesses them) or off; unset means "
-        "draft when a draft model is set, else ngram (off with flash_attn off). Greedy output is the same either "
-        "way where llama.cpp computes one token and several alike; on a CPU that holds within 256 tokens of context "
-        "(and below four-token steps for repacked weights), past which a near-tie can go the other way "
-        "(docs/benchmarks.md).",
-    )
-    draft: str | None = Field(
-        None,
     cache_reuse: int = Field(
         256,
         ge=0,
@@ -166,6 +166,18 @@ class Settings(BaseSettings):
         "request's n_keep tokens) and goes on, rather than ending with finish_reason length (llama-server's "
         "--context-shift).",
     )
+    spec: Literal["ngram", "draft", "off"] | None = Field(
+        None,
+        description="Speculative decoding of GGUF models: ngram (prompt lookup: tokens that followed the same few "
+        "tokens earlier in the prompt, the reply or the model's recent outputs are verified together, as many as "
+        "pay), draft (a small model of the same vocabulary, the draft setting, guesses them) or off; unset means "
+        "draft when a draft model is set, else ngram (off with flash_attn off). Greedy output is the same either "
+        "way where llama.cpp computes one token and several alike; on a CPU that holds within 256 tokens of context "
+        "(and below four-token steps for repacked weights), past which a near-tie can go the other way "
+        "(docs/benchmarks.md).",
+    )
+    draft: str | None = Field(
+        None,
         description="The draft model of spec draft: a GGUF path or a model name, a small model of the served "
         "model's family (Qwen2.5-0.5B for Qwen2.5-7B); setting it turns spec draft on unless spec says otherwise.",
     )

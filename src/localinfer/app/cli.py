@@ -23,6 +23,7 @@ from localinfer.app.commands import (
     pull,
     quantize,
     rm,
+    rpc,
     run,
     serve,
     show,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-COMMANDS = (serve, run, pull, ls, show, rm, ps, stop, hw, convert, quantize, imatrix, perplexity)
+COMMANDS = (serve, run, pull, ls, show, rm, ps, stop, hw, rpc, convert, quantize, imatrix, perplexity)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(
             settings.log_level,
             debug=debug,
-            long_running=args.command in ("serve", None),
+            long_running=args.command in ("serve", "rpc", None),
             log_file=settings.home / "localinfer.log" if in_app else None,
         )
         result: int = args.run(args, settings)

@@ -34,6 +34,8 @@ from localinfer.backends.base import (
     not_a_reranker,
     reranker_refusal,
 )
+from localinfer.backends.llamacpp.layer_split import parse_tensor_split
+from localinfer.backends.llamacpp.rpc_wire import parse_endpoints
 from localinfer.backends.registry import (
     DEFAULT_BACKENDS,
     PLANNED_FORMATS,
@@ -150,10 +152,12 @@ class Engine:
             gpu_layers=s.gpu_layers or 0,
             extra_args=tuple(s.engine_args),
             flash_attn=s.flash_attn,
-            speculation=s.speculation,
-            draft_path=self._draft_path(),
             cache_reuse=s.cache_reuse,
             context_shift=s.context_shift,
+            rpc=parse_endpoints(s.rpc),
+            tensor_split=parse_tensor_split(s.tensor_split),
+            speculation=s.speculation,
+            draft_path=self._draft_path(),
             draft_max=s.draft_max,
             draft_min=s.draft_min,
             pooling=self._served(manifest.name).pooling,
@@ -214,6 +218,7 @@ class Engine:
             cache_type_k=s.cache_type_k,
             cache_type_v=s.cache_type_v,
             flash_attn=s.flash_attn,
+            rpc_workers=len(parse_endpoints(s.rpc)),
         )
 
     def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:

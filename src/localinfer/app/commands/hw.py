@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.render import row, section
+from localinfer.app.commands.rpc import paste_line
+from localinfer.backends.llamacpp.rpc_wire import parse_endpoints
 from localinfer.errors import ConfigError
 from localinfer.hardware.model_profile import from_gguf, from_path, with_draft
 from localinfer.hardware.plan import BACKENDS, Overrides, plan
@@ -51,6 +53,7 @@ def add_parser(subparsers: Any) -> None:
     plan.add_argument("--backend", choices=BACKENDS, help="with --plan: the backend to use instead of the planned one")
     plan.add_argument("--gpu-layers", type=int, help="with --plan: layers on the GPU (-1: all)")
     plan.add_argument("--ctx", type=int, help="with --plan: the context length in tokens")
+    plan.add_argument("--rpc", metavar="HOST:PORT[,...]", help="with --plan: RPC workers taking offloaded layers")
     plan.add_argument("--parallel", type=int, help="with --plan: requests decoded together (slots)")
     plan.add_argument("--cache-type-k", "-ctk", type=_kv_type, metavar="TYPE", help="with --plan: the KV cache's keys")
     plan.add_argument(
@@ -70,10 +73,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         args.parallel,
         args.cache_type_k,
         args.cache_type_v,
+        args.rpc,
     )
     if args.plan is None and any(value is not None for value in planning):
         raise ConfigError(
-            "--draft, --backend, --gpu-layers, --ctx, --parallel and --cache-type-k/-v go with --plan MODEL",
+            "--draft, --backend, --gpu-layers, --ctx, --parallel, --cache-type-k/-v and --rpc go with --plan MODEL",
             hint="add --plan MODEL",
         )
     from localinfer.hardware.detect import detect  # it probes llama.cpp and ONNX Runtime
@@ -99,6 +103,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             parallel=args.parallel,
             cache_type_k=args.cache_type_k,
             cache_type_v=args.cache_type_v,
+            rpc_workers=len(parse_endpoints(args.rpc or "")),
         )
         chosen = plan(profile, model, overrides)
     if args.json:
@@ -108,6 +113,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(data, indent=2))
     else:
         print(render_report(profile))
+        if profile.backend("llamacpp").available:
+            print(row("rpc worker", paste_line()))
         if chosen is not None:
             print()
             print(render_plan(args.plan if args.draft is None else f"{args.plan} with the draft {args.draft}", chosen))

@@ -8,6 +8,7 @@ import ipaddress
 import sys
 from typing import TYPE_CHECKING, Any
 
+from localinfer.app.commands import rpc as rpc_flags
 from localinfer.app.commands.llama_server_flags import (
     add_llama_server_flags,
     add_reasoning_flags,
@@ -91,6 +92,7 @@ def add_parser(subparsers: Any) -> None:
         type=int,
         help="layers to offload to the GPU (-1: all; default: as many as fit)",
     )
+    rpc_flags.add_serve_arguments(p)
     p.add_argument(
         "--cache-type-k",
         "-ctk",
@@ -113,8 +115,6 @@ def add_parser(subparsers: Any) -> None:
         "change greedy text), and cannot read a quantized value cache",
     )
     p.add_argument(
-        "--spec",
-    p.add_argument(
         "--cache-reuse",
         type=int,
         metavar="N",
@@ -129,6 +129,8 @@ def add_parser(subparsers: Any) -> None:
         help="GGUF models: a generation that fills its context drops its oldest half (after n_keep tokens) and "
         "goes on, rather than ending (default: off, as llama-server)",
     )
+    p.add_argument(
+        "--spec",
         choices=("ngram", "draft", "off"),
         help="speculative decoding (GGUF): ngram guesses the next tokens from the prompt, the reply so far and "
         "the model's recent outputs (the default), draft from a draft model (--draft); the guesses are verified "
@@ -248,15 +250,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         max_body=args.max_body,
         shutdown_timeout=args.shutdown_timeout,
         gpu_layers=args.gpu_layers,
+        rpc=args.rpc,
+        tensor_split=args.tensor_split,
         cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v,
         flash_attn=args.flash_attn,
+        cache_reuse=args.cache_reuse,
+        context_shift=args.context_shift,
         spec=args.spec,
         draft=args.draft,
         draft_max=args.draft_max,
         draft_min=args.draft_min,
-        cache_reuse=args.cache_reuse,
-        context_shift=args.context_shift,
         model=args.model,
         engine_args=_engine_args(args) or None,
         allow_hosts=args.allow_host,
@@ -287,6 +291,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 f"refusing to listen on {host} without an API key: anyone on the network could use it",
                 hint="set one with --api-key KEY or LOCALINFER_API_KEY=KEY, or bind 127.0.0.1",
             )
+    rpc_flags.check_workers(settings)  # before anything loads: llama.cpp aborts on a worker it cannot reach
     library = ModelLibrary.from_settings(settings)
     hardware = detect()
     if settings.speculation == "draft":  # found (or pulled) once, here: a missing draft fails now, in one line

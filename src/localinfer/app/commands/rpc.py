@@ -1,0 +1,234 @@
+"""``localinfer rpc``: lend this machine's devices to a ``localinfer serve --rpc`` (or ``llama-server --rpc``)
+elsewhere, with llama.cpp's own RPC server; and the checks ``serve`` makes of its workers before anything loads."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from localinfer.backends.llamacpp.layer_split import parse_tensor_split
+from localinfer.backends.llamacpp.rpc_wire import DEFAULT_PORT, SAFE_WAYS, exposure, parse_endpoints, probe
+from localinfer.errors import ConfigError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from localinfer.backends.llamacpp.rpc import Device
+    from localinfer.config import Settings
+
+UNSAFE_FLAG = "--i-know-this-is-unauthenticated"
+
+
+def add_parser(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "rpc",
+        help="lend this machine's devices to a 'localinfer serve --rpc' elsewhere",
+        description="Serve this machine's devices (GPUs, or the CPU where there is none) to a 'localinfer serve "
+        "--rpc HOST:PORT' (or llama-server --rpc) on another machine, which then puts some of a model's layers "
+        "here: llama.cpp's RPC backend. The protocol has no authentication or encryption: anyone who reaches the "
+        f"port can use the devices and send it data. It listens on 127.0.0.1 unless told otherwise; reach it "
+        f"through {SAFE_WAYS}.",
+    )
+    p.add_argument("--host", "-H", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", "-p", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
+    p.add_argument("--threads", "-t", type=int, help="CPU threads for the CPU device (default: one per core)")
+    p.add_argument(
+        "--device",
+        "-d",
+        metavar="DEV[,DEV]",
+        help="devices to lend, by llama.cpp's names (CPU, CUDA0, Vulkan0...), or 'all' (default: the GPUs, or the "
+        "CPU where there is none, as rpc-server)",
+    )
+    p.add_argument(
+        "--cache",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="keep the tensors received in DIR (default with no DIR: HOME/rpc-cache), so a model's weights cross "
+        "the network once and later loads read them here",
+    )
+    p.add_argument(
+        UNSAFE_FLAG,
+        dest="unauthenticated",
+        action="store_true",
+        help="allow listening on every address (0.0.0.0, ::)",
+    )
+    p.set_defaults(run=run)
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """``serve``'s flags for RPC workers (llama-server's)."""
+    p.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,...]",
+        help="llama.cpp RPC workers ('localinfer rpc' on other machines) whose devices take a share of the "
+        "offloaded layers (all layers unless --gpu-layers N); unauthenticated: use loopback, an SSH tunnel or a "
+        "private network",
+    )
+    p.add_argument(
+        "--tensor-split",
+        "-ts",
+        metavar="N[,N...]",
+        help="shares of the offloaded layers per device, the RPC workers first, then the local GPUs "
+        "(default: by free memory)",
+    )
+
+
+def check_workers(settings: Settings) -> tuple[str, ...]:
+    """Every RPC worker in the settings answers and speaks our protocol; their addresses. Raises RpcWorkerError
+    (naming the first that does not) or ConfigError (an address that is not one)."""
+    parse_tensor_split(settings.tensor_split)
+    endpoints = parse_endpoints(settings.rpc)
+    for endpoint in endpoints:
+        probe(endpoint)
+    return endpoints
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Lend the devices until SIGTERM or Ctrl+C (exit 0). Raises ConfigError for an unsafe or unusable address,
+    an unknown device, or llama.cpp without its RPC backend."""
+    where = exposure(args.host)
+    if where == "everywhere" and not args.unauthenticated:
+        raise ConfigError(
+            f"refusing to listen on every address ({args.host or 'all'}): the RPC protocol has no authentication",
+            hint=f"bind one address (--host 192.168.1.5), or use {SAFE_WAYS}; {UNSAFE_FLAG} to insist",
+        )
+    if where != "loopback":
+        print(
+            f"localinfer rpc: warning: anyone who reaches {args.host}:{args.port} can use these devices (no "
+            f"authentication); prefer {SAFE_WAYS}",
+            file=sys.stderr,
+        )
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port {args.port} is not a port", hint="e.g. --port 50052")
+    _check_free(args.host, args.port)
+    from localinfer.backends.llamacpp import rpc
+    from localinfer.backends.llamacpp.model import default_threads
+
+    lent = _chosen_devices(rpc.devices(), args.device)
+    cache = _cache_dir(args.cache, settings)
+    threads = args.threads or default_threads()
+    endpoint = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
+    names = ", ".join(f"{d.name} ({d.description}, {d.free >> 20} MiB free)" for d in lent)
+    print(f"localinfer rpc: lending {names} on {endpoint}", flush=True)
+    print(f"on the main machine: localinfer serve MODEL --rpc {_paste_address(args.host)}:{args.port}", flush=True)
+    return _serve_until_signal(lambda: rpc.lend(endpoint, cache, threads, lent), endpoint)
+
+
+def _serve_until_signal(serve: Any, endpoint: str) -> int:
+    """Run ``serve`` (it blocks in llama.cpp) in a thread; SIGTERM, SIGINT or SIGHUP end the process with 0,
+    without waiting for it (it cannot be stopped), and its returning means it could not start (1)."""
+    import os
+    import signal
+
+    stop = threading.Event()
+    ended = threading.Event()
+
+    def _on_signal(_number: int, _frame: object) -> None:
+        stop.set()
+
+    for number in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", signal.SIGTERM)):
+        signal.signal(number, _on_signal)
+
+    def _serve() -> None:
+        try:
+            serve()
+        finally:
+            ended.set()
+            stop.set()
+
+    threading.Thread(target=_serve, name="rpc-server", daemon=True).start()
+    while not stop.wait(3600):
+        pass
+    code = 1 if ended.is_set() else 0
+    print(
+        f"localinfer rpc: could not serve on {endpoint}" if code else "localinfer rpc: stopped",
+        file=sys.stderr if code else sys.stdout,
+        flush=True,
+    )
+    _flush_c_streams()
+    os._exit(code)  # llama.cpp's server thread cannot be stopped: end the process without unwinding it
+
+
+def _flush_c_streams() -> None:
+    import ctypes
+    from contextlib import suppress
+
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)  # what llama.cpp printed to a pipe
+
+
+def _check_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="pick another --port, or check --host is an address of this machine",
+        ) from exc
+
+
+def _chosen_devices(found: list[Device], asked: str | None) -> list[Device]:
+    local = [d for d in found if not d.name.startswith("RPC") and d.kind in ("cpu", "gpu", "igpu")]
+    if asked is None:
+        gpus = [d for d in local if d.kind in ("gpu", "igpu")]
+        return gpus or [d for d in local if d.kind == "cpu"][:1]
+    if asked.strip().lower() == "all":
+        return local
+    by_name = {d.name.lower(): d for d in local}
+    chosen = []
+    for name in (n.strip() for n in asked.replace("/", ",").split(",") if n.strip()):
+        if name.lower() not in by_name:
+            raise ConfigError(
+                f"there is no device {name} here", hint="devices here: " + ", ".join(d.name for d in local)
+            )
+        chosen.append(by_name[name.lower()])
+    if not chosen:
+        raise ConfigError("--device names no device", hint="e.g. --device CPU")
+    return chosen
+
+
+def _cache_dir(asked: str | None, settings: Settings) -> Path | None:
+    if asked is None:
+        return None
+    folder = Path(asked).expanduser() if asked else settings.home / "rpc-cache"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot use {folder} as the tensor cache: {exc.strerror}", hint="pick another --cache DIR"
+        ) from exc
+    return folder
+
+
+def _paste_address(host: str) -> str:
+    """The address the main machine dials: the one bound, or this machine's outward address for every address."""
+    if exposure(host) == "everywhere":
+        return lan_address()
+    return f"[{host}]" if ":" in host else host
+
+
+def lan_address() -> str:
+    """This machine's address on its network (the one a route to the outside leaves from; nothing is sent),
+    127.0.0.1 when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: a route lookup only
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+def paste_line() -> str:
+    """What ``hw`` prints: how to lend this machine, and the flag to paste on the main machine."""
+    address = lan_address()
+    return (
+        f"localinfer rpc --host {address}   then on the main machine: --rpc {address}:{DEFAULT_PORT} "
+        f"(unauthenticated: or {SAFE_WAYS})"
+    )
