@@ -161,10 +161,10 @@ class LlamaModel:
     n_ubatch: int = 512  # what llama.cpp computes at once: a step's prompt tokens, so dispatch runs between them
     cache_types: tuple[str, str] = (DEFAULT_KV_CACHE_TYPE, DEFAULT_KV_CACHE_TYPE)  # keys', values' element types
     pooling: str = ""  # the pooling asked for in place of the stated one (llama-server's --pooling); "": the stated
-
     cache_reuse: int = 0  # runs of at least so many cached tokens are moved rather than recomputed (kv_shift.py)
     scratch_seq: int = -1  # the sequence where moved runs wait for the tokens before them (-1: none; kv_shift.py)
     context_shift: bool = False
+
     @property
     def n_swa(self) -> int:
         """The sliding window of the model's attention, 0 if it has none."""
@@ -202,15 +202,15 @@ class LlamaModel:
         # context whatever the number of slots. One unified buffer would save memory, but then a sequence's
         # cells interleave with others' and attention sums them in another order, so greedy output would
         # depend on what else is running (llama-server --kv-unified shows the same).
+        # With one slot, a sequence more holds cached runs while the new tokens before them are computed
+        # (kv_shift.py): its cells must be in the slot's stream, so the cache is one stream (the same buffer).
+        scratch = spec.cache_reuse > 0 and parallel == 1 and lc.llama_model_n_swa(model) == 0
         cparams.n_ctx = n_ctx * parallel
         cparams.n_batch = spec.batch_size
         cparams.n_ubatch = min(spec.ubatch_size, spec.batch_size)
         cparams.n_seq_max = parallel + 1 if scratch else parallel
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        # With one slot, a sequence more holds cached runs while the new tokens before them are computed
-        # (kv_shift.py): its cells must be in the slot's stream, so the cache is one stream (the same buffer).
-        scratch = spec.cache_reuse > 0 and parallel == 1 and lc.llama_model_n_swa(model) == 0
         cparams.kv_unified = scratch
         if spec.gpu_layers == 0:  # the CPU alone: no KV cache on a GPU, and no large batches sent there to compute
             cparams.offload_kqv = False  # (llama.cpp's op offload kept 127 MiB on an H200 with every layer on the
@@ -266,6 +266,9 @@ class LlamaModel:
             n_ubatch=n_ubatch,
             cache_types=(spec.cache_type_k, spec.cache_type_v),
             pooling=spec.pooling,
+            cache_reuse=spec.cache_reuse,
+            scratch_seq=parallel if scratch else -1,
+            context_shift=spec.context_shift,
         )
 
     def free(self) -> None:
@@ -274,9 +277,6 @@ class LlamaModel:
             self.ctx = None
         if self.model:
             lc.llama_model_free(self.model)
-            cache_reuse=spec.cache_reuse,
-            scratch_seq=parallel if scratch else -1,
-            context_shift=spec.context_shift,
             self.model = None
 
     # --- vocabulary -------------------------------------------------------------------------------------
