@@ -63,7 +63,8 @@ def one_turn(client: httpx.Client, url: str, messages: list[dict[str, str]], rep
     first = None
     parts: list[str] = []
     timings: dict[str, Any] = {}
-    with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+    # a connection per turn: llama-server closes a kept-alive one after a few requests, mid-conversation
+    with client.stream("POST", f"{url}/v1/chat/completions", json=body, headers={"Connection": "close"}) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":

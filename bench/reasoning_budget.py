@@ -3,16 +3,17 @@ llama-server, the same reasoning model, the same greedy requests.
 
 The model is the tests' reasoning model (SmolLM2 made one, tests/reasoning_model.py: its template opens the
 thinking and it never closes it itself), derived from `--model` into the results folder unless `--think-model`
-names it. Each round streams, to each server in turn, `/v1/chat/completions` with `max_tokens` M: unbudgeted (the
-whole reply is thinking, no answer comes) and with `reasoning_budget_tokens` N (N thinking tokens, then the
-model's end of thinking written in its place, then the answer). Per request it records the tokens of thinking and
+names it. Each round streams, to each server in turn, `/v1/chat/completions` with `max_tokens` M and `ignore_eos`
+(every reply is M tokens long): unbudgeted (the whole reply is thinking, no answer comes) and with
+`reasoning_budget_tokens` N (N thinking tokens, then the model's end of thinking written in its place, then the
+answer). Per request it records the tokens of thinking and
 of answer (what the stream's deltas carried: llama-server and localinfer both send `reasoning_content`), the time
 to the first thinking and the first answer token, the whole time, and the server's own decode rate
 (`timings.predicted_per_second`); it reports min / median / max over the rounds and, per mode, localinfer's rate
 as a ratio of llama-server's. The budget's own cost is the decode rate budgeted against unbudgeted on the same
 server (a forced token skips sampling, so it should cost nothing).
 
-Usage: .venv/bin/python bench/reasoning_budget.py --model SMOLLM2.gguf [--rounds 5] [--max-tokens 64] [--budget 16]
+Usage: .venv/bin/python bench/reasoning_budget.py --model SMOLLM2.gguf [--rounds 5] [--max-tokens 64] [--budget 8]
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def main() -> int:
     parser.add_argument("--llama-bin", type=Path, help="folder with llama-server (default: bench/build-llama-cpp)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--budget", type=int, default=16)
+    parser.add_argument("--budget", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     folder = RESULTS_DIR / "reasoning-budget"
@@ -117,7 +118,9 @@ def main() -> int:
         ),
         "localinfer": ManagedServer("localinfer", [*ours, "--port", str(lport), *common], lport, folder / "li.log"),
     }
+    # ignore_eos: the model would end its turn after a dozen tokens; every reply runs its whole max_tokens
     base = {"messages": MESSAGES, "temperature": 0, "max_tokens": args.max_tokens, "cache_prompt": False}
+    base["ignore_eos"] = True
     modes = {"unbudgeted": base, "budgeted": {**base, "reasoning_budget_tokens": args.budget}}
     samples: dict[str, dict[str, list[dict[str, float]]]] = {s: {m: [] for m in modes} for s in servers}
     for name, server in servers.items():
