@@ -145,7 +145,10 @@ class JobQueue:
                     self._pending += 1
                 free = [yielding]
             job = next(job for job in self._waiting if job.priority == top)
-            start(max(free, key=lambda s: (self._affinity(s, job.prompt), -len(s.cached))), job)
+            best = (
+                free[0] if len(free) == 1 else max(free, key=lambda s: (self._affinity(s, job.prompt), -len(s.cached)))
+            )
+            start(best, job)
             self._waiting.remove(job)  # only once started: a start that raises leaves it in line, for close()
             self._left_queue()
 
