@@ -141,8 +141,7 @@ def _serve_until_signal(serve: Any, endpoint: str) -> int:
             stop.set()
 
     threading.Thread(target=_serve, name="rpc-server", daemon=True).start()
-    while not stop.wait(3600):
-        pass
+    stop.wait()  # a signal handler runs while the main thread waits here (lock waits are interruptible on POSIX)
     code = 1 if ended.is_set() else 0
     print(
         f"localinfer rpc: could not serve on {endpoint}" if code else "localinfer rpc: stopped",
