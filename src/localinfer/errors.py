@@ -111,6 +111,19 @@ class GenerationFailed(LocalInferError):
     """The backend failed while generating (for example, llama_decode returned an error)."""
 
 
+class RpcWorkerLost(LocalInferError):
+    """An RPC worker that a loaded model's layers are on stopped answering: the request on it ended, and the model
+    serves again once the worker is back (``endpoint``: its ``host:port``)."""
+
+    def __init__(self, endpoint: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(
+            message,
+            hint=hint
+            or f"restart the worker at {endpoint} (localinfer rpc there): the next request loads the model again",
+        )
+        self.endpoint = endpoint
+
+
 class QuantizeError(LocalInferError):
     """A model could not be quantized or measured; nothing half-written is left behind."""
 

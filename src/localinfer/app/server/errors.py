@@ -25,6 +25,7 @@ from localinfer.errors import (
     NotSupported,
     PullError,
     QueueFull,
+    RpcWorkerLost,
     ServerShuttingDown,
     Unauthorized,
 )
@@ -39,6 +40,7 @@ ERROR_TABLE: tuple[tuple[type[LocalInferError], int, str, str | None], ...] = (
     (QueueFull, 503, "server_error", "queue_full"),
     (ServerShuttingDown, 503, "server_error", "server_shutting_down"),
     (ModelNotReady, 503, "server_error", "model_loading"),
+    (RpcWorkerLost, 503, "server_error", "rpc_worker_lost"),
     (ModelLoadError, 500, "server_error", "model_load_failed"),
     (ModelManagedElsewhere, 409, "invalid_request_error", "model_managed_elsewhere"),
     (HubUnreachable, 502, "server_error", "hub_unreachable"),
