@@ -13,6 +13,7 @@ Usage: .venv/bin/python bench/relay.py --model PATH.gguf [--threads 2] [--runs 5
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import secrets
@@ -41,7 +42,8 @@ MODEL_NAME = "relayed"
 # Runs in place of `vllm serve`: llama-server takes --alias where vLLM takes --served-model-name.
 SHIM = """import os, sys
 args = ["--alias" if a == "--served-model-name" else a for a in sys.argv[1:]]
-os.execv(args[0], args)
+at = args.index("--model")  # the folder vLLM would serve: llama-server serves its -m GGUF instead
+os.execv(args[0], args[:at] + args[at + 2 :])
 """
 
 
@@ -66,7 +68,8 @@ def serve_relay(port: int, workdir: Path, engine: list[str]) -> None:
     import uvicorn
 
     from localinfer.app.server.app import create_app
-    from localinfer.backends.vllm.backend import VllmBackend
+    from localinfer.backends.engine_process.engines import VllmBackend
+    from localinfer.backends.engine_process.recipes.vllm import VLLM
     from localinfer.config import Settings
     from localinfer.engine.engine import Engine
     from localinfer.models.store import ModelStore, hf_manifest
@@ -83,7 +86,9 @@ def serve_relay(port: int, workdir: Path, engine: list[str]) -> None:
     manifest = hf_manifest(folder, name=MODEL_NAME)
 
     def backend() -> VllmBackend:
-        return VllmBackend(command=lambda _: [sys.executable, str(shim), *engine], key_env="LLAMA_API_KEY")
+        command = [sys.executable, str(shim), *engine]
+        recipe = dataclasses.replace(VLLM, command=lambda: command, key_env="LLAMA_API_KEY")
+        return VllmBackend(recipe=recipe)
 
     engine_ = Engine(settings, store, {"hf": backend})
     app = create_app(engine_, preload=manifest)

@@ -84,6 +84,7 @@ class LoadSpec:
     draft_max: int = 64  # most tokens a draft has (as llama-server's ngram-mod; a slot's step stays under 64 tokens)
     draft_min: int = 0  # a shorter draft is not verified
     extra_args: tuple[str, ...] = ()  # passed as-is to an engine run as a process (vLLM: --tensor-parallel-size 2)
+    tensor_parallel: int = 0  # GPUs an engine process splits the model over (its own flag for it); 0: its default
     pooling: str = ""  # llama-server's --pooling for embeddings: mean, cls, last, rank, none; "": as the file states
     cache_reuse: int = 256  # runs of at least so many cached tokens are moved, not recomputed (0: off; kv_shift.py)
     context_shift: bool = False  # a generation at the end of its context drops the oldest half and goes on

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from localinfer.backends.base import Backend
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.onnx.backend import OnnxBackend
-from localinfer.backends.vllm.backend import VllmBackend
+from localinfer.backends.engine_process.engines import VllmBackend
 from localinfer.errors import ModelLoadError
 from localinfer.models.store import Manifest
 

@@ -1,6 +1,6 @@
 """Relays OpenAI requests for a model served by an engine process (vLLM) to that engine as they are.
 
-Its answers come back byte for byte (see ``backends.vllm.proxy``), so every field vLLM supports (tools, guided
+Its answers come back byte for byte (see ``backends.engine_process.proxy``), so every field vLLM supports (tools, guided
 decoding, logprobs, ``n``) works. Requests for any other model, unknown names and bodies that are not JSON
 go on to the app's own routes, which answer or refuse them as usual. Requests without the server's key never
 get here: the access guard outside refuses them first.

@@ -1,4 +1,4 @@
-"""A core ``GenerationRequest`` as a streamed ``/v1/completions`` call to vLLM, and its events back as chunks."""
+"""A core ``GenerationRequest`` as a streamed ``/v1/completions`` call to an engine, and its events back as chunks."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from localinfer.types import FinishReason, GenerationRequest, Timings, TokenChun
 
 
 def completion_body(model: str, request: GenerationRequest) -> dict[str, Any]:
-    """The streamed completion request for ``request``, in vLLM's parameter names.
+    """The streamed completion request for ``request``, in OpenAI's and vLLM's parameter names (SGLang, TGI and
+    TensorRT-LLM take the same names, and ignore those they do not know: ``Recipe.refuse_unhonoured`` refuses
+    those first).
 
     ``max_tokens`` is sent even when None: vLLM then fills the context, where its default would be 16.
     """
@@ -45,8 +47,9 @@ def completion_body(model: str, request: GenerationRequest) -> dict[str, Any]:
     return body
 
 
-def error_for(status: int, body: bytes) -> LocalInferError:
-    """The localinfer error for an engine's non-200 answer, with the engine's own message."""
+def error_for(status: int, body: bytes, engine: str = "the engine") -> LocalInferError:
+    """The localinfer error for ``engine``'s non-200 answer, with the engine's own message (a 400, or TGI's 422,
+    is the request's fault)."""
     try:
         error = json.loads(body).get("error") or {}
     except (ValueError, AttributeError):
@@ -54,12 +57,12 @@ def error_for(status: int, body: bytes) -> LocalInferError:
     if isinstance(error, str):
         error = {"message": error}
     message = str(error.get("message") or body.decode(errors="replace")[:500] or f"status {status}")
-    if status == 400:
+    if status in (400, 422):
         param = error.get("param")
         return InvalidRequest(message, param=param if isinstance(param, str) else None)
     if status == 503:
-        return ModelNotReady(f"the vLLM engine is not ready: {message}")
-    return GenerationFailed(f"the vLLM engine failed ({status}): {message}")
+        return ModelNotReady(f"{engine} is not ready: {message}")
+    return GenerationFailed(f"{engine} failed ({status}): {message}")
 
 
 async def sse_data(body: AsyncIterator[bytes]) -> AsyncIterator[str]:
@@ -74,7 +77,7 @@ async def sse_data(body: AsyncIterator[bytes]) -> AsyncIterator[str]:
                 yield b"\n".join(lines).decode(errors="replace")
 
 
-async def token_chunks(events: AsyncIterator[str]) -> AsyncIterator[TokenChunk]:
+async def token_chunks(events: AsyncIterator[str], engine: str = "the engine") -> AsyncIterator[TokenChunk]:
     """Chunks from a completion's event data; the last one carries the finish reason, usage and timings.
 
     Timings are measured here: prompt time is the wait for the first token, generation time the rest.
@@ -90,11 +93,11 @@ async def token_chunks(events: AsyncIterator[str]) -> AsyncIterator[TokenChunk]:
         try:
             payload = json.loads(data)
         except ValueError as exc:
-            raise GenerationFailed(f"the vLLM engine sent an event that is not JSON: {data[:200]!r}") from exc
+            raise GenerationFailed(f"{engine} sent an event that is not JSON: {data[:200]!r}") from exc
         if payload.get("error"):
             error = payload["error"]
             message = error.get("message") if isinstance(error, dict) else error
-            raise GenerationFailed(f"the vLLM engine failed mid-generation: {message}")
+            raise GenerationFailed(f"{engine} failed mid-generation: {message}")
         if payload.get("usage"):
             u = payload["usage"]
             cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
@@ -106,7 +109,7 @@ async def token_chunks(events: AsyncIterator[str]) -> AsyncIterator[TokenChunk]:
             if choice.get("finish_reason"):
                 finish = "length" if choice["finish_reason"] == "length" else "stop"
     if finish is None:
-        raise GenerationFailed("the vLLM engine's stream ended before the generation finished")
+        raise GenerationFailed(f"{engine}'s stream ended before the generation finished")
     ended = time.perf_counter()
     first = first_token if first_token is not None else ended
     usage = usage or Usage(0, 0)

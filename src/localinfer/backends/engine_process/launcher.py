@@ -1,11 +1,13 @@
-"""An engine's OpenAI server (``vllm serve``) as a child process: started, waited for, and stopped with its group.
+"""An engine's OpenAI server (``vllm serve``, SGLang, TGI, ``trtllm-serve``...) as a child process: started,
+waited for, and stopped with its group.
 
-The child listens on 127.0.0.1 on a free port and requires a key generated here, so only this process talks to
-it. It runs in a process group of its own (a new session on Linux and macOS, ``CREATE_NEW_PROCESS_GROUP`` on
-Windows, best effort) so that stopping it also stops the workers it forks; a finalizer stops it when the
-``EngineProcess`` is collected or the interpreter exits, so an exiting localinfer leaves no child behind. A
+The child listens on 127.0.0.1 on a free port and, where the engine checks one, requires a key generated here, so
+only this process talks to it. It runs in a process group of its own (a new session on Linux and macOS,
+``CREATE_NEW_PROCESS_GROUP`` on Windows, best effort) so that stopping it also stops the workers it forks; a
+finalizer stops it when the ``EngineProcess`` is collected or the interpreter exits, so an exiting localinfer
+leaves no child behind. A
 localinfer that is killed (SIGKILL, the OOM killer) runs no finalizer: on Linux the kernel then sends the child
-SIGTERM (``PR_SET_PDEATHSIG``), and vLLM stops its own workers on SIGTERM.
+SIGTERM (``PR_SET_PDEATHSIG``), and the engines stop their own workers on SIGTERM.
 """
 
 from __future__ import annotations
@@ -28,18 +30,13 @@ from pathlib import Path
 import httpx
 import psutil
 
+from localinfer.backends.engine_process.recipe import LOCALHOST, Launch, LaunchFor
 from localinfer.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
-LOCALHOST = "127.0.0.1"
 LOG_TAIL_LINES = 20
 EXIT_GRACE = 5.0  # seconds a child gets to stop when localinfer exits without stopping it
-
-
-def vllm_command(model: str) -> list[str]:
-    """The command serving ``model`` (a Hugging Face folder or repo id) with the vLLM of this interpreter."""
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
 
 
 def free_port(host: str = LOCALHOST) -> int:
@@ -53,27 +50,18 @@ def free_port(host: str = LOCALHOST) -> int:
 class EngineProcess:
     """One engine server process. ``start`` it, ``await wait_ready``, then talk to ``url`` with ``api_key``.
 
-    The child's command line is ``command`` followed by ``--host 127.0.0.1 --port PORT`` and ``extra_args``
-    (``--tensor-parallel-size 2``...). The generated key goes in the environment variable ``key_env``
-    (``VLLM_API_KEY``, which vLLM reads), not on the command line, where any local user could read it. Its
-    stdout and stderr go to ``log_path``. ``env`` is its whole environment (None: this process's).
+    ``launch(port, key)`` says what to run once the port is chosen and the key generated (``Recipe.launch``, or
+    ``openai_server`` for a command that takes ``--host``/``--port`` and reads its key from the environment). The
+    key goes in the environment where the engine reads it there, not on the command line, where any local user
+    could read it. Stdout and stderr go to ``log_path``. ``env`` is the base environment (None: this process's).
     """
 
-    def __init__(
-        self,
-        command: Sequence[str],
-        *,
-        log_path: Path,
-        extra_args: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-        key_env: str = "VLLM_API_KEY",
-    ) -> None:
-        self.command = list(command)
-        self.key_env = key_env
-        self.extra_args = list(extra_args)
+    def __init__(self, launch: LaunchFor, *, log_path: Path, env: Mapping[str, str] | None = None) -> None:
+        self.launch_for = launch
         self.log_path = log_path
         self.api_key = secrets.token_urlsafe(32)
         self.port = 0
+        self.launch: Launch | None = None
         self._env = dict(env) if env is not None else None
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize[..., EngineProcess] | None = None
@@ -84,14 +72,8 @@ class EngineProcess:
 
     @property
     def argv(self) -> list[str]:
-        return [
-            *self.command,
-            "--host",
-            LOCALHOST,
-            "--port",
-            str(self.port),
-            *self.extra_args,
-        ]
+        """The command line run (empty before ``start``)."""
+        return list(self.launch.argv) if self.launch is not None else []
 
     @property
     def pid(self) -> int | None:
@@ -108,6 +90,7 @@ class EngineProcess:
         if self._process is not None:
             raise RuntimeError("the engine process was already started")
         self.port = free_port()
+        self.launch = launch = self.launch_for(self.port, self.api_key)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         creationflags = 0
         if sys.platform == "win32":  # pragma: no cover - untested: best effort
@@ -115,25 +98,25 @@ class EngineProcess:
         try:
             with self.log_path.open("wb") as out:
                 process = subprocess.Popen(
-                    self.argv,
+                    list(launch.argv),
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    env={**(self._env if self._env is not None else os.environ), self.key_env: self.api_key},
+                    env={**(self._env if self._env is not None else os.environ), **launch.env},
                     start_new_session=sys.platform != "win32",
                     creationflags=creationflags,
                     preexec_fn=_stop_with_parent if sys.platform == "linux" else None,
                 )
         except OSError as exc:
             raise ModelLoadError(
-                f"cannot start the engine '{self.command[0]}': {exc}", hint="check that the engine is installed"
+                f"cannot start the engine '{launch.argv[0]}': {exc}", hint="check that the engine is installed"
             ) from exc
         self._process = process
         self._finalizer = weakref.finalize(self, shutdown, process, EXIT_GRACE)
         log.info("engine started (pid %d) on %s, log %s", process.pid, self.url, self.log_path)
 
     async def wait_ready(self, timeout: float) -> None:
-        """Wait until ``GET /health`` and ``GET /v1/models`` answer 200.
+        """Wait until each of the launch's ready paths (``GET /health``, ``GET /v1/models``) answers 200.
 
         Raises ModelLoadError, quoting the end of the child's log, when the child exits first, or when it is not
         ready after ``timeout`` seconds (then the child is stopped first).
@@ -149,7 +132,7 @@ class EngineProcess:
                         f"the engine exited with code {code} before it was ready:\n{self.log_tail()}",
                         hint=f"its whole log is in {self.log_path}",
                     )
-                if await _answers(client):
+                if await _answers(client, self.launch.ready_paths if self.launch else ()):
                     log.info("engine ready (pid %d) on %s", process.pid, self.url)
                     return
                 if time.monotonic() > deadline:
@@ -188,6 +171,16 @@ class EngineProcess:
         return self._process
 
 
+def openai_server(command: Sequence[str], extra_args: Sequence[str] = (), *, key_env: str | None = None) -> LaunchFor:
+    """A launch of ``command --host 127.0.0.1 --port PORT *extra_args``, the key in ``key_env`` when given."""
+
+    def for_port(port: int, key: str) -> Launch:
+        argv = (*command, "--host", LOCALHOST, "--port", str(port), *extra_args)
+        return Launch(argv, {key_env: key} if key_env else {})
+
+    return for_port
+
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -198,9 +191,9 @@ def _stop_with_parent() -> None:  # pragma: no cover - runs in the child, betwee
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-async def _answers(client: httpx.AsyncClient) -> bool:
+async def _answers(client: httpx.AsyncClient, paths: Sequence[str]) -> bool:
     try:
-        return all([(await client.get(path)).status_code == 200 for path in ("/health", "/v1/models")])
+        return all([(await client.get(path)).status_code == 200 for path in paths])
     except httpx.TransportError:
         return False
 

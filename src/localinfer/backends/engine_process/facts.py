@@ -1,5 +1,6 @@
-"""What the engine needs to know of a model vLLM serves: from its ``/v1/models`` card and, for a local Hugging
-Face folder, its ``config.json`` and ``tokenizer_config.json``. A repo id (no local folder) gets defaults."""
+"""What the engine needs to know of a model an engine process serves: from its ``/v1/models`` card and, for a
+local Hugging Face folder, its ``config.json`` and ``tokenizer_config.json``. A repo id (no local folder) gets
+defaults."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from localinfer.backends.base import ModelFacts
+from localinfer.backends.engine_process.recipe import Recipe
 from localinfer.models.metadata.hf import (
     added_token_texts,
     architecture,
@@ -22,13 +24,13 @@ from localinfer.models.metadata.hf import (
 from localinfer.models.metadata.thinking import thinking_markers
 
 DEFAULT_CONTEXT = 4096
-DEFAULT_MAX_NUM_SEQS = 256  # vLLM's --max-num-seqs when not given: requests it batches together
 
 
 def model_facts(
-    path: Path, card: Mapping[str, Any], *, ctx_size: int = 0, extra_args: Sequence[str] = ()
+    path: Path, card: Mapping[str, Any], recipe: Recipe, *, ctx_size: int = 0, extra_args: Sequence[str] = ()
 ) -> ModelFacts:
-    """Facts for the model at ``path`` served with ``card`` (vLLM's ``max_model_len`` is the context)."""
+    """Facts for the model at ``path`` served by ``recipe``'s engine with ``card`` (its ``max_model_len``, where
+    the engine states one, is the context; the requests batched together are its max-seqs flag or default)."""
     config = read_json(path / "config.json")
     tokenizer = read_json(path / "tokenizer_config.json")
     trained = trained_context(config)
@@ -43,7 +45,7 @@ def model_facts(
         thinking=thinking_markers(chat_template(path, tokenizer), added_token_texts(path, tokenizer).__contains__),
         architecture=architecture(config),
         n_params=0,
-        n_slots=positive(flag_value(extra_args, "--max-num-seqs")) or DEFAULT_MAX_NUM_SEQS,
+        n_slots=_max_seqs(recipe, extra_args),
         model_bytes=weights_bytes(path),
     )
 
@@ -57,3 +59,8 @@ def flag_value(args: Sequence[str], flag: str) -> str | None:
         elif arg.startswith(flag + "="):
             value = arg[len(flag) + 1 :]
     return value
+
+
+def _max_seqs(recipe: Recipe, extra_args: Sequence[str]) -> int:
+    flag = recipe.flags.max_seqs
+    return (positive(flag_value(extra_args, flag)) if flag else None) or recipe.default_max_seqs

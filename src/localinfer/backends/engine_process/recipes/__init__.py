@@ -1,0 +1,8 @@
+"""The engines localinfer runs as child processes, one recipe each, by the name ``--engine`` takes."""
+
+from __future__ import annotations
+
+from localinfer.backends.engine_process.recipe import Recipe
+from localinfer.backends.engine_process.recipes.vllm import VLLM
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (VLLM,)}
