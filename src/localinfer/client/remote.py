@@ -177,6 +177,15 @@ class HttpClient:
         except httpx.TransportError as exc:
             raise self._transport_error(exc) from exc
 
+    async def has_model(self, model: str) -> bool:
+        """Whether the server has ``model`` by that very name (Ollama's /api/show: a name nobody serves is a 404
+        there even on a server of one model, which answers any name on its OpenAI routes)."""
+        try:
+            await self._request("POST", "/api/show", model=model, json={"model": model})
+        except ModelNotFound:
+            return False
+        return True
+
     async def remove(self, model: str) -> int:
         await self._request("DELETE", "/api/delete", model=model, json={"model": model})
         return 0

@@ -228,6 +228,12 @@ def ensure_model(
     )
 
 
+def can_pull(ref_or_name: str) -> bool:
+    """Whether ``ensure_model`` would pull ``ref_or_name`` when it is not here: the starter model, a model carried
+    inside the packaged app, a Hub reference or a catalog name (a bare name that is none of these is only looked up)."""
+    return ref_or_name == STARTER_MODEL or ref_or_name in carried_models() or _is_hub_ref(ref_or_name)
+
+
 def _is_hub_ref(text: str) -> bool:
     try:
         return isinstance(parse_ref(text).ref, HubRef)

@@ -2,7 +2,9 @@
 
 Piped standard input joins the prompt (``git diff | localinfer run smollm2 "Write a commit message"``). The
 answer comes from a running ``localinfer serve`` when one answers at ``--url`` (sharing its loaded models), else
-from the engine in this process (the model is loaded for this answer and unloaded after it).
+from the engine in this process (the model is loaded for this answer and unloaded after it). A model that is not
+here yet is pulled first, as ``ollama run`` does: by the server that answers (its ``/api/pull``), or here, with the
+same progress line and choice of file as ``localinfer pull``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
+from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.app.commands.ps import add_server_arguments, server_client
 from localinfer.errors import ConfigError
 from localinfer.types import ChatMessage, ChatRequest, GenerationOptions
@@ -19,6 +22,7 @@ if TYPE_CHECKING:
     import argparse
 
     from localinfer.client.base import InferenceClient
+    from localinfer.client.remote import HttpClient
     from localinfer.config import Settings
 
 
@@ -27,9 +31,12 @@ def add_parser(subparsers: Any) -> None:
         "run",
         help="answer one prompt on stdout",
         description="Answer PROMPT (with piped standard input joined to it) with MODEL, printed as it comes. A "
-        "running 'localinfer serve' answers when one is up; else the model is loaded in this process.",
+        "running 'localinfer serve' answers when one is up; else the model is loaded in this process. A model not "
+        "here yet (a Hub reference, a catalog name, the starter model) is pulled first.",
     )
-    p.add_argument("model", metavar="MODEL", help="a model name (localinfer ls)")
+    p.add_argument(
+        "model", metavar="MODEL", help="a model name (localinfer ls), a .gguf path, or a reference to pull first"
+    )
     p.add_argument("prompt", nargs="*", metavar="PROMPT", help="the prompt (words are joined with spaces)")
     p.add_argument("--max-tokens", type=int, default=None, help="most tokens in the answer (default: no limit)")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.8)")
@@ -53,23 +60,27 @@ def _server_is_up(url: str) -> bool:
 
 
 async def _answer(client: InferenceClient, request: ChatRequest) -> None:
-    try:
-        async for chunk in client.chat(request):
-            sys.stdout.write(chunk.text)
-            sys.stdout.flush()
-        sys.stdout.write("\n")
-    finally:
-        await client.close()
+    """Print the answer as it comes."""
+    async for chunk in client.chat(request):
+        sys.stdout.write(chunk.text)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
 
 
 def _in_process(settings: Settings, model: str) -> tuple[InferenceClient, str]:
-    """The engine in this process, and the name it knows ``model`` by: a model name, or a GGUF path typed at the
-    keyboard, registered for this run as ``localinfer serve ./x.gguf`` does."""
+    """The engine in this process, and the name it knows ``model`` by: a model name, a GGUF path typed at the
+    keyboard (registered for this run as ``localinfer serve ./x.gguf`` does), or a reference pulled first."""
+    from localinfer.app.commands.pull import machine_fits
     from localinfer.bootstrap import local_stack  # the engine only when no server answers
     from localinfer.models.library import ModelLibrary
+    from localinfer.models.pull import ensure_model
 
     library = ModelLibrary.from_settings(settings)
-    manifest = library.resolve(model)
+    progress = ProgressLine(sys.stderr)
+    try:
+        manifest = ensure_model(library, model, settings, progress=progress, fits=machine_fits())
+    finally:
+        progress.close()
     return local_stack(settings, library=library, served=manifest).client, manifest.name
 
 
@@ -94,9 +105,29 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _run(args: argparse.Namespace, settings: Settings, request: ChatRequest) -> None:
     remote = server_client(args, settings)
-    if _server_is_up(remote.where):
-        await _answer(remote, request)
-        return
-    await remote.close()
+    try:
+        if _server_is_up(remote.where):
+            await _answer_remote(remote, request)
+            return
+    finally:
+        await remote.close()
     client, name = _in_process(settings, request.model)
-    await _answer(client, dataclasses.replace(request, model=name))
+    try:
+        await _answer(client, dataclasses.replace(request, model=name))
+    finally:
+        await client.close()
+
+
+async def _answer_remote(remote: HttpClient, request: ChatRequest) -> None:
+    """The running server's answer. A model it does not have, by a name that can be pulled, is pulled there first
+    (its progress shown here), as ``ollama run`` has its server pull."""
+    from localinfer.models.pull import can_pull
+
+    if can_pull(request.model) and not await remote.has_model(request.model):
+        progress = ProgressLine(sys.stderr)
+        try:
+            async for event in remote.pull(request.model):
+                progress(event)
+        finally:
+            progress.close()
+    await _answer(remote, request)

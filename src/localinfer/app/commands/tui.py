@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.app.commands.serve import is_loopback
-from localinfer.errors import ConfigError, LocalInferError, PullError
+from localinfer.errors import ConfigError, PullError
 
 if TYPE_CHECKING:
     import argparse
@@ -78,11 +78,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         client = HttpClient(args.host, api_key=args.api_key)
     else:
         library = ModelLibrary.from_settings(settings)
-        if settings.model == STARTER_MODEL and not library.list():
+        named = fetch_named(library, settings, args.model) if args.model else None
+        if named is None and settings.model == STARTER_MODEL and not library.list():
             fetch_starter(library, settings)
-        served = _named_model(library, args.model) if args.serve else None
-        if served is not None:
-            settings, open_model = settings.with_overrides(model=served.name), served.name
+        if named is not None:
+            settings, open_model = settings.with_overrides(model=named.name), named.name
+        served = named if args.serve else None
         # --serve shares the engine with HTTP clients: names only, as 'localinfer serve'
         stack = local_stack(settings, library=library, names_only=args.serve, served=served)
         engine, local = stack.engine, stack.client
@@ -105,14 +106,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _named_model(library: ModelLibrary, model: str | None) -> Manifest | None:
-    """The model ``--model`` names (a name, or a path given on this command line), or None."""
-    if model is None:
-        return None
+def fetch_named(library: ModelLibrary, settings: Settings, model: str) -> Manifest:
+    """The model ``--model`` names (a name, a path given on this command line, or a reference), pulled first with
+    the CLI's progress line when it is not here, as ``localinfer run`` does. Raises the LocalInferError that says
+    why it cannot be had (the CLI prints it in one line before the app opens)."""
+    from localinfer.app.commands.pull import machine_fits
+    from localinfer.models.pull import ensure_model
+
+    progress = ProgressLine(sys.stderr)
     try:
-        return library.resolve(model)
-    except LocalInferError:
-        return None
+        return ensure_model(library, model, settings, progress=progress, fits=machine_fits())
+    finally:
+        progress.close()
 
 
 def fetch_starter(library: ModelLibrary, settings: Settings) -> None:
