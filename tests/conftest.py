@@ -20,6 +20,7 @@ from localinfer.models.pypi import pull_pypi
 from localinfer.models.store import Manifest, ModelStore
 from tests.embedding_model import embedding_model_once
 from tests.fim_model import fim_model_once
+from tests.harmony_model import harmony_model_once
 from tests.onnx_model import convert_once
 from tests.reasoning_model import reasoning_model_once
 from tests.rerank_model import TEMPLATE_NAME, reranker_model_once
@@ -78,6 +79,13 @@ def smollm2_think(smollm2: Manifest, model_store: ModelStore) -> Manifest:
     """SmolLM2 made a reasoning model: ``<think>`` markers in its vocabulary and a Qwen3-style template that opens
     the thinking (derived once, ``tests/reasoning_model.py``), registered as ``smollm2-think``."""
     return reasoning_model_once(smollm2, model_store)
+
+
+@pytest.fixture(scope="session")
+def smollm2_harmony(smollm2: Manifest, model_store: ModelStore) -> Manifest:
+    """SmolLM2 made a harmony model (gpt-oss's format): harmony's tokens in its vocabulary and a gpt-oss-style
+    template that opens the analysis channel (derived once, ``tests/harmony_model.py``), as ``smollm2-harmony``."""
+    return harmony_model_once(smollm2, model_store)
 
 
 @pytest.fixture(scope="session")

@@ -75,10 +75,14 @@ class ChatMessage:
 @dataclass(frozen=True)
 class ThinkingMarkers:
     """How a reasoning model writes its thinking: between ``open`` and ``close`` (``<think>``, ``</think>``), read
-    from its file (the vocabulary and the chat template), never its name."""
+    from its file (the vocabulary and the chat template), never its name. A ``harmony`` model (gpt-oss) writes
+    messages on channels instead: its thinking on ``analysis`` (from ``<|channel|>analysis<|message|>`` to
+    ``<|end|>``), its answer on ``final``, after ``answer`` (``<|start|>assistant<|channel|>final<|message|>``)."""
 
     open: str
     close: str
+    answer: str = ""  # what starts the answer after ``close``; a budget writes it with ``close``
+    harmony: bool = False
 
 
 @dataclass(frozen=True)
