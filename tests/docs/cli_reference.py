@@ -71,7 +71,7 @@ def _section(title: str, parser: argparse.ArgumentParser, *, synopsis: str) -> l
     out = [f"## {title}", ""]
     if parser.description:
         out += [" ".join(parser.description.split()), ""]
-    out += ["```", synopsis, "```", ""]
+    out += ["```text", synopsis, "```", ""]
     for group in parser._action_groups:
         actions = [
             a

@@ -9,8 +9,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
+from tests.docs.pages import DOCS
+
 REGENERATE = "scripts/gen-docs"
 
 
