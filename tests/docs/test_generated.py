@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.docs.generate import DOCS, REGENERATE, api_fields_page, cli_page
+from tests.docs.generate import REGENERATE, api_fields_page, cli_page
+from tests.docs.pages import DOCS
 
 
 def test_cli_md_is_what_the_parser_says() -> None:
