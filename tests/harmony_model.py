@@ -42,15 +42,17 @@ TEMPLATE = """\
 <|start|>system<|message|>You are a helpful assistant.
 Reasoning: {{ reasoning_effort if reasoning_effort is defined else 'medium' }}
 
-# Valid channels: analysis, commentary, final. Channel must be included for every message.
-{%- if tools %}
+# Valid channels: analysis, commentary, final. Channel must be included for every message.{% if tools %}
+
 Calls to these tools must go to the commentary channel: 'functions'.{% endif %}<|end|>
 {%- set has_system = messages[0].role in ('system', 'developer') %}
 {%- if has_system or tools %}<|start|>developer<|message|>
 {%- if has_system %}# Instructions
 
-{{ messages[0].content }}{% endif %}
-{%- if tools %}# Tools
+{{ messages[0].content }}
+
+{% endif %}
+{% if tools %}# Tools
 
 ## functions
 

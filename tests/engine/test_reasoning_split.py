@@ -94,7 +94,7 @@ def test_ollama_trims_the_space_that_starts_the_thinking_and_the_answer() -> Non
     assert ["".join(c.reasoning for c in out), "".join(c.text for c in out)] == ["Hmm\n", "Yes\n"]
 
 
-def test_the_stream_keeps_every_chunk_and_counts_the_thinking_tokens() -> None:
+def test_the_stream_keeps_every_chunk_and_counts_the_thinking_tokens_but_not_the_closing_marker() -> None:
     chunks = [
         TokenChunk("Hmm", tokens=(1,)),
         TokenChunk(" ok", tokens=(2,)),
@@ -114,7 +114,7 @@ def test_the_stream_keeps_every_chunk_and_counts_the_thinking_tokens() -> None:
     assert [c.tokens for c in out] == [c.tokens for c in chunks]
     assert "".join(c.reasoning for c in out) == "Hmm ok"
     assert "".join(c.text for c in out) == "\n\nYes."
-    assert out[-1].usage == Usage(10, 6, reasoning_tokens=3)
+    assert out[-1].usage == Usage(10, 6, reasoning_tokens=2)
 
 
 def _reply(texts: list[str], *, inside: bool) -> list[TokenChunk]:
@@ -126,7 +126,7 @@ def _reply(texts: list[str], *, inside: bool) -> list[TokenChunk]:
             yield chunk
 
     async def run() -> list[TokenChunk]:
-        reply = chat_reply(source(), THINK, thinking_open=inside, separate=True, opening="", tools=[WEATHER])
+        reply = chat_reply(source(), THINK, thinking_open=inside, separate=True, prompt="", tools=[WEATHER])
         return [chunk async for chunk in reply]
 
     return asyncio.run(run())

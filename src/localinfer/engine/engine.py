@@ -577,7 +577,7 @@ class Engine:
             markers,
             thinking_open=rendered.thinking_open,
             separate=thinking.separate,
-            opening=rendered.text[rendered.text.rfind(markers.open) :] if markers is not None else "",
+            prompt=rendered.text,
             tools=tools,
         )
         async with aclosing(reply) as chunks:

@@ -16,6 +16,8 @@ import enum
 from collections.abc import Sequence
 from contextlib import aclosing
 
+from localinfer.engine.harmony import split_harmony
+from localinfer.engine.thoughts import ThoughtCounter
 from localinfer.engine.tools import read_tool_calls
 from localinfer.types import ThinkingMarkers, TokenStream, Tool
 
@@ -34,6 +36,8 @@ class ReasoningSplitter:
         self._markers = markers
         self._part = _Part.THINKING if inside else _Part.START
         self._held = ""
+        self._position = 0  # where ``_held`` starts in all the text fed
+        self.spans: list[tuple[int, int | None]] = [(0, None)] if inside else []  # where thinking ran (None: on)
 
     @property
     def thinking(self) -> bool:
@@ -48,8 +52,9 @@ class ReasoningSplitter:
             if self._part is _Part.START:
                 opened = self._held.lstrip()
                 if opened.startswith(self._markers.open):
-                    self._held = opened[len(self._markers.open) :]
+                    self._drop(len(self._held) - len(opened) + len(self._markers.open))
                     self._part = _Part.THINKING
+                    self.spans.append((self._position, None))
                     continue
                 if self._markers.open.startswith(opened):  # whitespace, or a marker begun: wait and see
                     break
@@ -59,17 +64,22 @@ class ReasoningSplitter:
                 end = self._held.find(self._markers.close)
                 if end >= 0:
                     thinking.append(self._held[:end].rstrip())
-                    self._held = self._held[end + len(self._markers.close) :]
+                    self.spans[-1] = (self.spans[-1][0], self._position + end)
+                    self._drop(end + len(self._markers.close))
                     self._part = _Part.ANSWER
                     continue
                 sure = _before_partial(self._held, self._markers.close).rstrip()  # trailing spaces: wait and see
                 thinking.append(sure)
-                self._held = self._held[len(sure) :]
+                self._drop(len(sure))
                 break
             answer.append(self._held)
-            self._held = ""
+            self._drop(len(self._held))
             break
         return "".join(thinking), "".join(answer)
+
+    def _drop(self, n: int) -> None:
+        self._held = self._held[n:]
+        self._position += n
 
     def finish(self) -> tuple[str, str]:
         held, self._held = self._held, ""
@@ -89,21 +99,17 @@ def _before_partial(text: str, marker: str) -> str:
 async def split_reasoning(chunks: TokenStream, markers: ThinkingMarkers, *, inside: bool) -> TokenStream:
     """``chunks`` with the thinking moved from ``text`` to ``reasoning`` (``inside``: the prompt opened it). Every
     chunk still comes, with its tokens and log-probabilities; the last one's usage counts the tokens thought in
-    (``reasoning_tokens``: those of the chunks that carried thinking)."""
+    (``ThoughtCounter``)."""
     splitter = ReasoningSplitter(markers, inside=inside)
-    thought = 0
+    counter = ThoughtCounter()
     async with aclosing(chunks):
         async for chunk in chunks:
-            was_thinking = splitter.thinking
+            counter.add(chunk)
             reasoning, text = splitter.feed(chunk.text)
             if chunk.finish_reason is not None:
                 more_reasoning, more_text = splitter.finish()
                 reasoning, text = reasoning + more_reasoning, text + more_text
-            if was_thinking or splitter.thinking or reasoning:
-                thought += len(chunk.tokens) or (1 if chunk.text else 0)
-            usage = chunk.usage
-            if usage is not None:
-                usage = dataclasses.replace(usage, reasoning_tokens=min(thought, usage.completion_tokens))
+            usage = counter.counted(chunk.usage, splitter.spans)
             yield dataclasses.replace(chunk, text=text, reasoning=chunk.reasoning + reasoning, usage=usage)
 
 
@@ -140,15 +146,17 @@ def chat_reply(
     *,
     thinking_open: bool,
     separate: bool,
-    opening: str,
+    prompt: str,
     tools: Sequence[Tool],
 ) -> TokenStream:
-    """A chat's generated ``chunks`` as its reply: a reasoning model's (of ``markers``) thinking taken out first
-    (``separate``), or left in the answer, opened as the prompt opened it (``opening``, when ``thinking_open``);
-    then the calls to ``tools`` read from the answer alone, so JSON the model quotes while thinking is never taken
-    for a call."""
-    if markers is not None and separate:
+    """A chat's generated ``chunks`` (the reply to ``prompt``) as its reply: a reasoning model's (of ``markers``)
+    thinking taken out first (``separate``), or left in the answer, opened as the prompt opened it (when
+    ``thinking_open``); then the calls to ``tools`` read from the answer alone, so JSON the model quotes while
+    thinking is never taken for a call. A harmony model's reply is read by engine/harmony.py, its calls too."""
+    if markers is not None and markers.harmony:
+        chunks = split_harmony(chunks, prompt, separate=separate, tools=tools)
+    elif markers is not None and separate:
         chunks = split_reasoning(chunks, markers, inside=thinking_open)
     elif markers is not None and thinking_open:
-        chunks = opened_with(chunks, opening)
+        chunks = opened_with(chunks, prompt[prompt.rfind(markers.open) :])
     return read_tool_calls(chunks, tools) if tools else chunks

@@ -93,6 +93,8 @@ def with_thinking(text: str, markers: ThinkingMarkers | None, enabled: bool | No
     so the model answers at once."""
     if markers is None:
         return text, False
+    if markers.harmony:  # no switch in gpt-oss's template: it always thinks, as llama-server and Ollama serve it
+        return text, text.endswith(markers.open)
     opened = text.rstrip().endswith(markers.open)
     if enabled is not False:
         return text, opened
@@ -159,7 +161,7 @@ class ChatTemplate:
             messages, tools = described_tools(messages, tools), ()
         context: dict[str, Any] = {
             **(variables or {}),  # never in place of what follows
-            "messages": [template_message(m) for m in messages],
+            "messages": [template_message(m, self._facts.thinking) for m in messages],
             "add_generation_prompt": True,
             "bos_token": self._facts.bos_token,
             "eos_token": self._facts.eos_token,

@@ -28,6 +28,7 @@ from localinfer.types import (
     ChatMessage,
     GenerationOptions,
     ResponseFormat,
+    ThinkingMarkers,
     TokenChunk,
     TokenStream,
     Tool,
@@ -59,8 +60,10 @@ def openai_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
     ]
 
 
-def template_message(message: ChatMessage) -> dict[str, Any]:
-    """A message as a tool-aware chat template reads it (calls with their arguments as objects)."""
+def template_message(message: ChatMessage, markers: ThinkingMarkers | None = None) -> dict[str, Any]:
+    """A message as a tool-aware chat template reads it (calls with their arguments as objects); for a harmony
+    model (``markers``), earlier thinking as ``thinking``, as gpt-oss's template reads it (and llama-server gives
+    it), without the content of a turn that called tools."""
     rendered: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         rendered["tool_calls"] = [
@@ -73,6 +76,10 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
         rendered["name"] = message.name
     if message.reasoning is not None:  # a reasoning model's earlier thinking, where its template keeps it
         rendered["reasoning_content"] = message.reasoning
+        if markers is not None and markers.harmony:
+            rendered["thinking"] = message.reasoning
+            if message.tool_calls:  # gpt-oss's template refuses a call's turn with both
+                del rendered["content"]
     return rendered
 
 
@@ -218,5 +225,6 @@ async def read_tool_calls(chunks: TokenStream, tools: Sequence[Tool]) -> TokenSt
                     yield TokenChunk(text, reasoning=chunk.reasoning)
                 continue
             held, calls = reader.finish()
+            calls = chunk.tool_calls + calls  # a harmony model's, read from its messages already
             reason = "tool_calls" if calls else chunk.finish_reason
             yield dataclasses.replace(chunk, text=text + held, finish_reason=reason, tool_calls=calls)

@@ -72,7 +72,7 @@ def test_the_thinking_is_a_reasoning_item_before_the_message(
     assert response.output_text == expected[1]
 
 
-def test_usage_counts_the_thinking_and_its_forced_end_as_reasoning_tokens(
+def test_usage_counts_the_thinking_but_not_its_forced_end_as_reasoning_tokens(
     oai: openai.OpenAI, smollm2_think: Manifest
 ) -> None:
     usage = ask(oai, smollm2_think.name, **budget()).usage
@@ -83,8 +83,10 @@ def test_usage_counts_the_thinking_and_its_forced_end_as_reasoning_tokens(
         max_tokens=LIMIT,
         extra_body={"reasoning_budget_tokens": BUDGET},
     )
-    assert usage.output_tokens_details.reasoning_tokens == BUDGET + 1  # the thinking, then </think>
+    assert usage.output_tokens_details.reasoning_tokens == BUDGET  # the thinking; </think> is not thinking
     assert chat.usage is not None and usage.output_tokens == chat.usage.completion_tokens  # thinking and answer
+    assert chat.usage.completion_tokens_details is not None
+    assert chat.usage.completion_tokens_details.reasoning_tokens == BUDGET
 
 
 def test_a_reply_cut_while_thinking_is_an_incomplete_reasoning_item_and_no_message(

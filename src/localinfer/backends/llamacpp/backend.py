@@ -372,9 +372,11 @@ def _thinking_cutter(model: LlamaModel, budget: ThinkingBudget | None) -> Thinki
     """What cuts a reasoning model's thinking at ``budget`` (None: no budget), its markers as the model's tokens."""
     if budget is None:
         return None
+    markers = budget.markers
     return ThinkingCutter(
         budget=budget.tokens,
-        open=tuple(model.tokenize(budget.markers.open, add_special=False, parse_special=True)),
-        close=tuple(model.tokenize(budget.markers.close, add_special=False, parse_special=True)),
+        open=tuple(model.tokenize(markers.open, add_special=False, parse_special=True)),
+        close=tuple(model.tokenize(markers.close, add_special=False, parse_special=True)),
         inside=budget.inside,
+        forcing=tuple(model.tokenize(markers.close + markers.answer, add_special=False, parse_special=True)),
     )

@@ -95,8 +95,11 @@ class ConstraintCompiler:
         tokenizer = self.tokenizer()
         try:
             thinking = None if is_grammar else self._thinking_tokens(response_format)
+            harmony = None if is_grammar else self._harmony_tokens(response_format)
             if is_grammar:
                 grammar = _from_gbnf(source)
+            elif harmony is not None:
+                grammar = _after_analysis(source, harmony, inside=response_format.thinking_open)
             elif thinking is not None:
                 grammar = _after_thinking(source, *thinking, inside=response_format.thinking_open)
             else:
@@ -119,10 +122,18 @@ class ConstraintCompiler:
         """The ids of the thinking markers the JSON comes after, when each is one token (else None: the JSON is
         held from the first token, as for a model that does not think)."""
         markers = response_format.after_thinking
-        if markers is None:
+        if markers is None or markers.harmony:
             return None
         ids = [_tokens(self._vocab, marker) for marker in (markers.open, markers.close)]
         return (ids[0][0], ids[1][0]) if all(len(i) == 1 for i in ids) else None
+
+    def _harmony_tokens(self, response_format: ResponseFormat) -> dict[str, int] | None:
+        """The ids of a harmony model's (gpt-oss's) tokens the JSON's final message comes after, by name."""
+        markers = response_format.after_thinking
+        if markers is None or not markers.harmony:
+            return None
+        ids = {name: _tokens(self._vocab, f"<|{name}|>") for name in ("start", "channel", "message", "end")}
+        return {name: i[0] for name, i in ids.items()} if all(len(i) == 1 for i in ids.values()) else None
 
 
 def _tokens(vocab: lc.llama_vocab_p, text: str) -> list[int]:
@@ -141,6 +152,21 @@ def _after_thinking(schema: str, open_id: int, close_id: int, *, inside: bool) -
     return llguidance.grammar_from(
         "lark",
         f"%llguidance {{}}\nstart: {thinking} SPACE answer\nTHOUGHT: /(?s:.*)/\nSPACE: /[ \\t\\n]*/\n"
+        f"answer: %json {json.dumps(options)}\n",
+    )
+
+
+def _after_analysis(schema: str, ids: dict[str, int], *, inside: bool) -> str:
+    """llguidance's grammar for a harmony model's JSON matching ``schema``: its thinking on the analysis channel
+    (which the prompt opened, ``inside``, or the model may write), then the JSON as its final message."""
+    options = {**json.loads(schema), "x-guidance": JSON_OPTIONS}
+    start, channel, message, end = (f"<[{ids[name]}]>" for name in ("start", "channel", "message", "end"))
+    analysis = f'THOUGHT {end} {start} "assistant"'
+    if not inside:
+        analysis = f'({channel} "analysis" {message} {analysis})?'
+    return llguidance.grammar_from(
+        "lark",
+        f'%llguidance {{}}\nstart: {analysis} {channel} "final" {message} answer\nTHOUGHT: /(?s:.*)/\n'
         f"answer: %json {json.dumps(options)}\n",
     )
 

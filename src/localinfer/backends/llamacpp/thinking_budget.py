@@ -4,8 +4,11 @@ written in its place (llama-server's ``--reasoning-budget``), and the answer sta
 The inference thread asks ``forced`` before it samples a slot's next token; a token it returns is taken as if
 sampled (the sampler chain is told, so penalties and a grammar that follows see it). ``taken`` is told every token
 taken, sampled or forced, to follow the thinking: it opens when the model writes the opening marker (or the prompt
-ended inside it), counts the tokens in it, and closes when the closing marker comes, written or forced. Thinking
-is cut once: a model that opens a second block thinks on unbudgeted (none of the supported models does).
+ended inside it), counts the tokens in it, and closes when the closing marker comes, written or forced. What is
+forced may go on past the closing marker: a harmony model (gpt-oss) gets ``<|end|>`` and the start of its final
+message, ``<|start|>assistant<|channel|>final<|message|>``, so it answers rather than opening another analysis
+(llama-server forces only ``<|end|>``). Thinking is cut once: a model that opens a second block thinks on
+unbudgeted (a harmony model may: llama-server budgets each block afresh).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ class ThinkingCutter:
     open: tuple[int, ...]
     close: tuple[int, ...]
     inside: bool  # the prompt ended inside the thinking
+    forcing: tuple[int, ...] = ()  # what a spent budget writes (empty: ``close``)
     spent: int = 0
     done: bool = False  # the thinking has closed (or never can open again)
     _forcing: list[int] = field(default_factory=list)
@@ -30,7 +34,7 @@ class ThinkingCutter:
         """The token to take next in the model's place, or None to sample. Thinking with no budget left starts
         the closing marker here."""
         if self.inside and not self._forcing and self.spent >= self.budget:
-            self._forcing = list(self.close)
+            self._forcing = list(self.forcing or self.close)
         return self._forcing.pop(0) if self._forcing else None
 
     def taken(self, token: int) -> None:
@@ -41,8 +45,8 @@ class ThinkingCutter:
             if _ends_with(self._recent, self.open):
                 self.inside = True
             return
-        if _ends_with(self._recent, self.close):
-            self.inside, self.done, self._forcing = False, True, []
+        if _ends_with(self._recent, self.close):  # what is still to force after it is forced on
+            self.inside, self.done = False, True
             return
         if not self._forcing:
             self.spent += 1

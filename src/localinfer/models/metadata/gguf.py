@@ -23,7 +23,7 @@ from typing import NamedTuple, TypeVar
 import gguf
 
 from localinfer.errors import ModelLoadError, ModelNotFound
-from localinfer.models.metadata.thinking import KNOWN_MARKERS, thinking_markers
+from localinfer.models.metadata.thinking import MARKER_TOKENS, thinking_markers
 from localinfer.types import ThinkingMarkers
 
 log = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ def read_gguf_thinking(path: Path) -> ThinkingMarkers | None:
 
 
 def _parse_thinking(path: Path, buf: mmap.mmap, size: int) -> ThinkingMarkers | None:
-    wanted = frozenset(text.encode() for markers in KNOWN_MARKERS for text in (markers.open, markers.close))
+    wanted = frozenset(text.encode() for text in MARKER_TOKENS)
     try:
         header, _, meta = _read_metadata(path, buf, tokens_among=wanted)
     except _Truncated:

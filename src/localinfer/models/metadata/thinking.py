@@ -6,6 +6,11 @@ and its distills, QwQ, Phi-4 reasoning; ``[THINK]``/``[/THINK]``: Magistral; ``<
 earlier turns' thinking, or to open and close the block in the generation prompt) or reads ``enable_thinking``,
 ``reasoning_content`` or ``thinking``. Both must hold: a vocabulary that merely has the tokens (many base models
 carry reserved ones) is not enough, and neither is a template alone.
+
+gpt-oss writes OpenAI's harmony format: messages ``<|start|>ROLE<|channel|>CHANNEL<|message|>TEXT<|end|>``, its
+thinking on the ``analysis`` channel and its answer on ``final``. It is known by the vocabulary holding the
+harmony tokens and a template that writes both channels (llama.cpp picks its gpt-oss handler by ``<|channel|>`` in
+the template; Ollama by its harmony parser).
 """
 
 from __future__ import annotations
@@ -22,6 +27,15 @@ KNOWN_MARKERS: Final = (
     ThinkingMarkers("<seed:think>", "</seed:think>"),
 )
 TEMPLATE_HINTS: Final = ("enable_thinking", "reasoning_content", "thinking")
+HARMONY: Final = ThinkingMarkers(
+    "<|channel|>analysis<|message|>", "<|end|>", answer="<|start|>assistant<|channel|>final<|message|>", harmony=True
+)
+HARMONY_TOKENS: Final = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>")
+HARMONY_CHANNELS: Final = ("analysis", "final")
+# every text the vocabulary is asked about
+MARKER_TOKENS: Final = frozenset(
+    (*(text for markers in KNOWN_MARKERS for text in (markers.open, markers.close)), *HARMONY_TOKENS)
+)
 
 
 def thinking_markers(template: str | None, is_token: Callable[[str], bool]) -> ThinkingMarkers | None:
@@ -29,9 +43,16 @@ def thinking_markers(template: str | None, is_token: Callable[[str], bool]) -> T
     when ``is_token`` says so; None for a model that does not reason (as far as its file says)."""
     if not template:
         return None
+    if all(is_token(token) for token in HARMONY_TOKENS) and _speaks_harmony(template):
+        return HARMONY
     for markers in KNOWN_MARKERS:
         if not (is_token(markers.open) and is_token(markers.close)):
             continue
         if markers.close in template or any(hint in template for hint in TEMPLATE_HINTS):
             return markers
     return None
+
+
+def _speaks_harmony(template: str) -> bool:
+    """The template writes harmony messages on the analysis and final channels."""
+    return "<|channel|>" in template and all(channel in template for channel in HARMONY_CHANNELS)

@@ -5,7 +5,9 @@ is given to the chat template as its reasoning effort (``reasoning_effort``, whi
 read none, so for them a level is ``true``). Absent, a model that reasons thinks (Ollama's default since thinking
 came apart from the answer), unless the server was started with ``--reasoning off``. ``false`` turns it off through
 the template and leaves whatever the model still writes in the answer, as Ollama does. Thinking asked of a model
-that does not reason is Ollama's 400, ``"<model>" does not support thinking``.
+that does not reason is Ollama's 400, ``"<model>" does not support thinking``. gpt-oss (a harmony model) always
+thinks: ``true`` and ``false`` change nothing there and its thinking still comes apart, ``"max"`` is ``"high"`` (the
+levels its template knows), as Ollama serves it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ def for_model(request: ChatRequest, value: ThinkValue, name: str, markers: Think
     thinking on, for a model that reasons, where neither the request nor the server (``--reasoning``,
     ``--chat-template-kwargs``) said otherwise. Raises InvalidRequest as ``refuse_unless_reasoning``."""
     refuse_unless_reasoning(value, name, markers)
+    if markers is not None and markers.harmony:
+        thinking = requested(None if isinstance(value, bool) else value)
+        effort = "high" if thinking.effort == "max" else thinking.effort
+        return dataclasses.replace(request, thinking=dataclasses.replace(thinking, effort=effort))
     if markers is None or request.thinking.enabled is not None or "enable_thinking" in request.template_kwargs:
         return request
     return dataclasses.replace(request, thinking=dataclasses.replace(request.thinking, enabled=True))

@@ -19,6 +19,8 @@ from localinfer.types import Timings, TokenLogprob, TokenStream, ToolCall, Usage
 
 
 def usage_body(usage: Usage | None) -> dict[str, Any] | None:
+    """OpenAI's usage: ``completion_tokens_details.reasoning_tokens`` counts the completion's tokens a reasoning
+    model thought in (its markers, and a budget's forced end, not counted)."""
     if usage is None:
         return None
     return {
@@ -26,6 +28,7 @@ def usage_body(usage: Usage | None) -> dict[str, Any] | None:
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
 
 
