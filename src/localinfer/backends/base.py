@@ -111,6 +111,25 @@ class FimTokens:
 
 
 @dataclass(frozen=True)
+class DeviceUse:
+    """One device a loaded model's weights and KV cache are on: ``name`` as llama.cpp logs it (CPU, CUDA0, RPC0),
+    ``where`` it is (``local``, or the RPC worker's ``host:port``), and the bytes the model holds there."""
+
+    name: str
+    where: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class WorkerHealth:
+    """An RPC worker a loaded model's layers are on: ``ok``, or ``lost`` (it stopped answering; the model serves
+    again once it is back)."""
+
+    endpoint: str
+    state: str
+
+
+@dataclass(frozen=True)
 class ModelFacts:
     """What the engine needs to know about a loaded model to build prompts for it, all from its metadata."""
 
@@ -136,6 +155,7 @@ class ModelFacts:
     cache_type_v: str = ""
     pooling: str = "mean"  # how its embeddings are pooled (mean, cls, last, rank; none: one vector per token)
     thinking: ThinkingMarkers | None = None  # how it writes its thinking, for a reasoning model
+    devices: tuple[DeviceUse, ...] = ()  # where its memory is, per device (llama.cpp); (): not reported
 
 
 @dataclass(frozen=True)
@@ -342,6 +362,11 @@ class Backend(ABC):
         """What this load's decode loop has done so far (one object per load, updated in place); None for a
         backend without one of its own here (an engine process counts in its own /metrics)."""
         return None
+
+    def rpc_workers(self) -> tuple[WorkerHealth, ...]:
+        """The RPC workers this load's layers are on and whether each still answers; () for a model on this
+        machine alone."""
+        return ()
 
     @property
     def relay(self) -> Relay | None:

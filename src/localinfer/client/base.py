@@ -6,6 +6,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Protocol
 
+from localinfer.backends.base import DeviceUse
 from localinfer.progress import ProgressEvent
 from localinfer.types import ChatRequest, ModelInfo, TokenChunk
 
@@ -28,6 +29,15 @@ class LoadedModelStatus:
     vram_bytes: int = 0  # the part of memory_bytes on GPUs
     cache_type_k: str = ""  # the KV cache's element types (llama.cpp); "": the backend's own
     cache_type_v: str = ""
+    devices: tuple[DeviceUse, ...] = ()  # where its memory is, device by device (llama.cpp over RPC workers)
+
+    def spans(self) -> str:
+        """The devices it is on with what each holds, as ``ps`` shows them: ``CPU 60 MB, RPC0 (10.0.0.2:50052)
+        52 MB``; "" when the backend does not say."""
+        return ", ".join(
+            f"{d.name}{'' if d.where == 'local' else f' ({d.where})'} {d.size_bytes / 1_000_000:.0f} MB"
+            for d in self.devices
+        )
 
     def kv_cache(self) -> str:
         """The KV cache's type as ``ps`` shows it: ``q8_0``, or ``q8_0/f16`` when keys and values differ."""

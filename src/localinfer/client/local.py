@@ -129,6 +129,7 @@ class LocalClient:
                 vram_bytes=sum(size for device, size in m.need.items() if device != RAM),
                 cache_type_k=m.facts.cache_type_k,
                 cache_type_v=m.facts.cache_type_v,
+                devices=m.facts.devices,
                 pinned=m.pinned,
                 in_flight=m.in_flight,
                 expires_in=m.expires_in,

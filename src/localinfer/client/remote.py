@@ -32,6 +32,7 @@ from typing import Any, cast
 
 import httpx
 
+from localinfer.backends.base import DeviceUse
 from localinfer.client.base import ClientStatus, LoadedModelStatus
 from localinfer.errors import (
     GenerationFailed,
@@ -211,6 +212,10 @@ class HttpClient:
                 vram_bytes=int(m.get("vram_bytes") or 0),
                 cache_type_k=str(m.get("cache_type_k") or ""),
                 cache_type_v=str(m.get("cache_type_v") or ""),
+                devices=tuple(
+                    DeviceUse(str(d.get("name") or ""), str(d.get("where") or ""), int(d.get("size_bytes") or 0))
+                    for d in m.get("devices") or ()
+                ),
                 pinned=bool(m.get("pinned")),
                 in_flight=int(m.get("in_flight") or 0),
                 expires_in=m.get("expires_in"),

@@ -63,8 +63,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
     if not models:
         return "no model is loaded"
-    header = ("NAME", "MEMORY", "PROCESSOR", "BACKEND", "CONTEXT", "KV CACHE", "SLOTS", "UNTIL")
-    rows = [
+    header: tuple[str, ...] = ("NAME", "MEMORY", "PROCESSOR", "BACKEND", "CONTEXT", "KV CACHE", "SLOTS", "UNTIL")
+    rows: list[tuple[str, ...]] = [
         (
             m.name,
             f"{(m.memory_bytes or m.size_bytes) / _MB:.0f} MB",
@@ -77,6 +77,9 @@ def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
         )
         for m in models
     ]
+    if any(m.devices for m in models):  # a model over RPC workers: the devices it spans, and what each holds
+        header = (*header, "DEVICES")
+        rows = [(*row, m.spans() or "-") for row, m in zip(rows, models, strict=True)]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in (header, *rows)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import llama_cpp.llama_cpp as lc
 
-from localinfer.backends.base import FimTokens, LoadSpec, ModelFacts
+from localinfer.backends.base import DeviceUse, FimTokens, LoadSpec, ModelFacts
 from localinfer.backends.llamacpp import rpc
 from localinfer.errors import ModelLoadError
 from localinfer.models.metadata.thinking import thinking_markers
@@ -161,6 +161,7 @@ class LlamaModel:
     n_ubatch: int = 512  # what llama.cpp computes at once: a step's prompt tokens, so dispatch runs between them
     cache_types: tuple[str, str] = (DEFAULT_KV_CACHE_TYPE, DEFAULT_KV_CACHE_TYPE)  # keys', values' element types
     pooling: str = ""  # the pooling asked for in place of the stated one (llama-server's --pooling); "": the stated
+    devices: tuple[DeviceUse, ...] = ()  # what it holds on each device, when placed over RPC workers or a split
     cache_reuse: int = 0  # runs of at least so many cached tokens are moved rather than recomputed (kv_shift.py)
     scratch_seq: int = -1  # the sequence where moved runs wait for the tokens before them (-1: none; kv_shift.py)
     context_shift: bool = False
@@ -169,6 +170,20 @@ class LlamaModel:
     def n_swa(self) -> int:
         """The sliding window of the model's attention, 0 if it has none."""
         return int(lc.llama_model_n_swa(self.model)) if self.model is not None else 0
+
+    @classmethod
+    def vocab_only(cls, path: Path) -> LlamaModel:
+        """``path``'s vocabulary and metadata without its weights or a context (llama.cpp's vocab_only), to
+        tokenize and read facts in a process that does not run the model. Raises ModelLoadError."""
+        if not path.is_file():
+            raise ModelLoadError(f"model file not found: {path}", hint="check the path, or 'localinfer ls'")
+        _init_backend()
+        params = lc.llama_model_default_params()
+        params.vocab_only = True
+        model = lc.llama_model_load_from_file(str(path).encode(), params)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not read {path}", hint="check that the file is a complete GGUF")
+        return cls(model, lc.llama_model_get_vocab(model), None, 0, 0, 1)
 
     @classmethod
     def load(cls, spec: LoadSpec) -> LlamaModel:
@@ -252,6 +267,7 @@ class LlamaModel:
         offloaded = min(mparams.n_gpu_layers, n_layer + 1) if lc.llama_supports_gpu_offload() else 0
         if placed is not None:
             log.info("%s: %s", spec.name or path.name, placed.describe(n_layer, offloaded))
+        devices = placed.memory(path, n_layer, offloaded, per_token * n_ctx * parallel) if placed else ()
         n_batch = int(lc.llama_n_batch(ctx))  # llama.cpp caps it at the context
         n_ubatch = int(lc.llama_n_ubatch(ctx))
         return cls(
@@ -263,6 +279,7 @@ class LlamaModel:
             parallel,
             threads=threads,
             gpu_layers=offloaded,
+            devices=devices,
             n_ubatch=n_ubatch,
             cache_types=(spec.cache_type_k, spec.cache_type_v),
             pooling=spec.pooling,
@@ -354,6 +371,7 @@ class LlamaModel:
             cache_type_v=self.cache_types[1],
             pooling=self.pooling or _POOLING_NAMES.get(self.stated_pooling() or lc.LLAMA_POOLING_TYPE_MEAN, "mean"),
             thinking=thinking_markers(template.decode("utf-8", errors="replace") if template else None, self.is_token),
+            devices=self.devices,
         )
 
     def is_token(self, text: str) -> bool:

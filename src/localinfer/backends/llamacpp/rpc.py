@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from localinfer.backends.base import DeviceUse
 from localinfer.backends.llamacpp import layer_split
 from localinfer.backends.llamacpp.rpc_wire import probe
 from localinfer.errors import ConfigError
+from localinfer.models.metadata.gguf import TensorEntry, read_gguf_tensors
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +190,34 @@ class Placement:
         split = (ctypes.c_float * max_devices)(*self.shares[:max_devices])
         return handles, split
 
+    def memory(self, path: Path, n_layer: int, gpu_layers: int, kv_bytes: int) -> tuple[DeviceUse, ...]:
+        """What the model at ``path`` holds on each device: its layers' weights where llama.cpp puts them (the
+        input embeddings stay on the CPU; tied output weights are copied to the output layer's device) and
+        ``kv_bytes`` of KV cache shared evenly by the layers, each part on its layer's device; this machine's CPU
+        first, then the devices in order."""
+        where = layer_split.assign(n_layer, gpu_layers, self.shares)
+        held = [0] * (len(self.devices) + 1)  # [0]: the CPU
+        tensors, _ = read_gguf_tensors(path)
+        names = {t.name for t in tensors}
+        for t in tensors:
+            size = _tensor_bytes(t)
+            if t.name.startswith("blk."):
+                held[where[min(int(t.name.split(".")[1]), n_layer)] + 1] += size
+            elif t.name.startswith("output"):
+                held[where[-1] + 1] += size
+            else:
+                held[0] += size
+                if t.name == "token_embd.weight" and "output.weight" not in names:
+                    held[where[-1] + 1] += size
+        for layer in range(n_layer):
+            held[where[layer] + 1] += kv_bytes // max(n_layer, 1)
+        endpoints = {d.handle: endpoint for endpoint, found in _registered.items() for d in found}
+        uses = [DeviceUse("CPU", "local", held[0])]
+        for device, size in zip(self.devices, held[1:], strict=True):
+            if size:
+                uses.append(DeviceUse(device.name, endpoints.get(device.handle, "local"), size))
+        return tuple(uses)
+
     def describe(self, n_layer: int, gpu_layers: int) -> str:
         """Which layers go where, with each device's share and free memory."""
         where = layer_split.assign(n_layer, gpu_layers, self.shares)
@@ -220,3 +250,13 @@ def placement(endpoints: tuple[str, ...], tensor_split: tuple[float, ...]) -> Pl
         host = next((d for d in devices() if d.kind == "cpu"), None)
         shares = tuple(float(d.free or (host.free if host and not d.total else 0)) for d in targets)
     return Placement(tuple(targets), shares)
+
+
+def _tensor_bytes(tensor: TensorEntry) -> int:
+    import gguf
+
+    try:
+        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(tensor.type)]
+    except (ValueError, KeyError):
+        return 0
+    return tensor.n_elements // int(block) * int(type_size)

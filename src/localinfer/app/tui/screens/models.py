@@ -34,7 +34,8 @@ def state_text(model: ModelInfo, status: LoadedModelStatus | None = None) -> str
         return "loading…" if model.loading else ""
     if status is None:
         return "loaded"
-    return f"loaded · {size_text(status.memory_bytes or status.size_bytes)} · {status.until(exact=False)}"
+    spans = f" · {status.spans()}" if status.devices else ""  # a model over RPC workers: on which devices
+    return f"loaded · {size_text(status.memory_bytes or status.size_bytes)}{spans} · {status.until(exact=False)}"
 
 
 class ModelsScreen(Screen[None]):
