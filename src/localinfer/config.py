@@ -130,6 +130,11 @@ class Settings(BaseSettings):
         "by free memory; all layers are offloaded unless gpu_layers says how many. The protocol has no "
         "authentication: reach workers over loopback, an SSH tunnel or a private network (docs/distributed.md).",
     )
+    rpc_in_process: bool = Field(
+        False,
+        description="Load GGUF models placed on RPC workers in this process instead of a child `localinfer serve` "
+        "(llama.cpp then ends the whole process when a worker is lost; the child server sets it).",
+    )
     tensor_split: str = Field(
         "",
         description="Shares of the offloaded layers per device, comma-separated, the RPC workers first and then "

@@ -35,6 +35,7 @@ from localinfer.backends.base import (
     reranker_refusal,
 )
 from localinfer.backends.llamacpp.layer_split import parse_tensor_split
+from localinfer.backends.llamacpp.rpc_child import with_rpc_child
 from localinfer.backends.llamacpp.rpc_wire import parse_endpoints
 from localinfer.backends.registry import (
     DEFAULT_BACKENDS,
@@ -120,7 +121,7 @@ class Engine:
         self._settings = settings
         self._served_as = dict(served_as or {})
         self._models = models
-        self._backend_factory = backend_factory
+        self._backend_factory = with_rpc_child(backend_factory, settings)  # GGUF models on RPC workers: a child
         self._hardware = hardware
         self._scheduler = Scheduler(
             self._new_runner,
@@ -374,6 +375,16 @@ class Engine:
     def health(self) -> Health:
         """``loading`` while a model loads, else ``ready`` (models load on demand: none loaded is ready too)."""
         return "loading" if self._scheduler.is_loading() else "ready"
+
+    def rpc_workers(self) -> dict[str, tuple[str, list[str]]]:
+        """Each RPC worker a loaded model's layers are on: ``lost`` when one of those models found it gone, else
+        ``ok``, and the models on it."""
+        workers: dict[str, tuple[str, list[str]]] = {}
+        for runner in self._scheduler.runners():
+            for worker in runner.backend.rpc_workers():
+                state, models = workers.get(worker.endpoint, ("ok", []))
+                workers[worker.endpoint] = ("lost" if "lost" in (state, worker.state) else "ok", [*models, runner.name])
+        return workers
 
     def slot_usage(self) -> SlotUsage:
         return sum((r.backend.slot_usage() for r in self._scheduler.runners() if r.is_ready), SlotUsage())

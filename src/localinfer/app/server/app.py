@@ -131,6 +131,12 @@ def create_app(
             "slots_processing": usage.processing,
             "requests_waiting": usage.waiting,
         }
+        workers = engine.rpc_workers()
+        if workers:  # the RPC workers loaded models are on, and which one is gone
+            body["rpc_workers"] = [
+                {"endpoint": endpoint, "state": worker_state, "models": models}
+                for endpoint, (worker_state, models) in workers.items()
+            ]
         return JSONResponse(body, status_code=200 if state == "ready" else 503)
 
     @app.exception_handler(LocalInferError)

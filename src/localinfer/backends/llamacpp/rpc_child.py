@@ -1,0 +1,439 @@
+"""A GGUF model placed on llama.cpp RPC workers, served by a child ``localinfer serve`` that this backend starts and
+streams from, so that a lost worker ends a request and never the main server.
+
+llama.cpp's RPC client ends the whole process when a worker stops answering (ggml-rpc.cpp's ``RPC_STATUS_ASSERT``
+calls ``GGML_ABORT``, which no callback can stop), so the model runs in a child (the launcher of
+``backends/engine_process``, recipe ``LOCALINFER``): the same llama.cpp backend, with the load this process planned
+passed in its environment, on 127.0.0.1 with a generated key, in a process group of its own. Prompts are rendered
+and tokenized here (the vocabulary is read without the weights) and sent as token ids to the child's llama.cpp
+``/completion``, so the child computes exactly what this process would.
+
+When the child dies in a request (EOF, or its process exits), or no piece comes for ``STALL_SECONDS`` and a worker
+no longer takes connections (a half-open connection, where the child would wait for ever; the child is then
+stopped), the workers are asked which one is gone: the request ends with RpcWorkerLost naming it. Later requests
+get RpcWorkerLost (503) while it is gone, and restart the child once every worker answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import os
+import socket
+import tempfile
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from localinfer.backends.base import (
+    Backend,
+    Capabilities,
+    DeviceUse,
+    LoadSpec,
+    ModelFacts,
+    SlotUsage,
+    TokenPiece,
+    WorkerHealth,
+)
+from localinfer.backends.engine_process.completions import error_for, sse_data
+from localinfer.backends.engine_process.launcher import EngineProcess
+from localinfer.backends.engine_process.proxy import EngineProxy
+from localinfer.backends.engine_process.recipes.localinfer import LOCALINFER
+from localinfer.backends.llamacpp.backend import LlamaCppBackend
+from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.backends.llamacpp.rpc_wire import RpcWorkerError, probe, split_endpoint
+from localinfer.backends.registry import BackendFactories, BackendFactory
+from localinfer.config import Settings
+from localinfer.errors import GenerationFailed, InvalidRequest, ModelLoadError, ModelNotReady, RpcWorkerLost
+from localinfer.types import GenerationRequest, Timings, TokenChunk, TokenStream, Usage
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT = 1200.0  # seconds: a large model's weights cross the network on its first load
+STALL_SECONDS = 5.0  # without a piece from the child this long, check that every worker still takes connections
+REACH_TIMEOUT = 2.0  # seconds a worker has to take a connection
+EXIT_POLLS, EXIT_POLL_SECONDS = 40, 0.05  # how long an error waits to see whether the child is exiting
+JSON_HEADERS = [("content-type", "application/json")]
+
+
+def child_env(spec: LoadSpec, home: Path) -> dict[str, str]:
+    """The child's settings: the load ``spec`` says (as this process planned it), the model kept for good (this
+    process unloads it by stopping the child), and the model loaded in the child itself."""
+    env = {
+        "HOME": str(home),
+        "CTX_SIZE": spec.ctx_size,
+        "THREADS": spec.threads,
+        "BATCH_SIZE": spec.batch_size,
+        "UBATCH_SIZE": spec.ubatch_size,
+        "PARALLEL": spec.parallel,
+        "MAX_QUEUE": spec.max_queue,
+        "GPU_LAYERS": spec.gpu_layers,
+        "RPC": ",".join(spec.rpc),
+        "TENSOR_SPLIT": ",".join(f"{share:g}" for share in spec.tensor_split),
+        "FLASH_ATTN": spec.flash_attn,
+        "CACHE_TYPE_K": spec.cache_type_k,
+        "CACHE_TYPE_V": spec.cache_type_v,
+        "CACHE_REUSE": spec.cache_reuse,
+        "CONTEXT_SHIFT": str(spec.context_shift).lower(),
+        "SPEC": spec.speculation,
+        "DRAFT": str(spec.draft_path) if spec.draft_path else "",
+        "DRAFT_MAX": spec.draft_max,
+        "DRAFT_MIN": spec.draft_min,
+        "POOLING": spec.pooling,
+        "KEEP_ALIVE": "-1",
+        "MAX_LOADED": 1,
+        "DISCOVER": "false",
+        "RPC_IN_PROCESS": "true",
+    }
+    return {f"LOCALINFER_{key}": str(value) for key, value in env.items() if value != ""}
+
+
+def reachable(endpoint: str, timeout: float = REACH_TIMEOUT) -> bool:
+    """Whether the worker at ``endpoint`` takes a TCP connection now (one busy with its client still does)."""
+    try:
+        socket.create_connection(split_endpoint(endpoint), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+class RpcChildBackend(Backend):
+    """A GGUF model on RPC workers, in a child ``localinfer serve`` (see the module's docstring)."""
+
+    name: ClassVar[str] = "llamacpp"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        formats=("gguf",),
+        gbnf=True,
+        batching=True,
+        token_prompts=True,
+        kv_cache_types=True,
+        speculative=True,
+        tokenize=True,
+    )
+
+    def __init__(self, *, home: Path, log_dir: Path | None = None, env: Mapping[str, str] | None = None) -> None:
+        self._home = home
+        self._log_dir = log_dir
+        self._env = dict(env) if env is not None else dict(os.environ)
+        self._spec: LoadSpec | None = None
+        self._process: EngineProcess | None = None
+        self._proxy: EngineProxy | None = None
+        self._vocab: LlamaModel | None = None
+        self._facts: ModelFacts | None = None
+        self._lost: dict[str, str] = {}  # endpoint -> why it is taken as gone
+        self._restart = asyncio.Lock()
+
+    async def load(self, spec: LoadSpec) -> None:
+        """Check the workers, start the child for ``spec`` and wait until it serves. Raises RpcWorkerLost for a
+        worker that does not answer, ModelLoadError when the child fails to start (with the end of its log)."""
+        if self._spec is not None:
+            raise ModelLoadError("this backend already has a model loaded", hint="unload it first")
+        self._vocab = await asyncio.to_thread(LlamaModel.vocab_only, Path(spec.path))
+        self._spec = spec
+        try:
+            await self._start()
+        except BaseException:
+            await self.unload()
+            raise
+
+    async def _start(self) -> None:
+        spec = self._require_spec()
+        await asyncio.to_thread(self._check_workers)
+        launch = LOCALINFER.launch(spec.name)
+        process = EngineProcess(launch, log_path=self._new_log(), env={**self._env, **child_env(spec, self._home)})
+        process.start()
+        proxy = EngineProxy(process.url, process.api_key, alive=lambda: process.alive)
+        try:
+            await process.wait_ready(READY_TIMEOUT)
+            status = await _json(proxy, "GET", "/api/localinfer/status")
+        except BaseException:
+            await process.stop()
+            await proxy.aclose()
+            raise
+        self._process, self._proxy = process, proxy
+        self._facts = self._facts_from(status)
+        self._lost.clear()
+
+    def _check_workers(self) -> None:
+        """Every worker answers the handshake (none is in use: the child is not running). Raises RpcWorkerLost."""
+        for endpoint in self._require_spec().rpc:
+            try:
+                probe(endpoint)
+            except RpcWorkerError as exc:
+                self._lost[endpoint] = exc.message
+                raise RpcWorkerLost(endpoint, f"{exc.message}; the model on it cannot serve until it is back") from exc
+            self._lost.pop(endpoint, None)
+
+    def _facts_from(self, status: Mapping[str, Any]) -> ModelFacts:
+        spec, vocab = self._require_spec(), self._require_vocab()
+        loaded = next((m for m in status.get("loaded") or () if m.get("name") == spec.name), None)
+        if loaded is None:
+            raise ModelLoadError(f"the child server did not load {spec.name}", hint="see its log")
+        vocab.n_ctx = int(loaded.get("context_length") or 0)
+        vocab.n_seq_max = int(loaded.get("slots") or 1)
+        vocab.n_batch = min(spec.batch_size, vocab.n_ctx) if vocab.n_ctx else spec.batch_size
+        vocab.threads = int(loaded.get("threads") or 0)
+        vocab.gpu_layers = int(loaded.get("gpu_layers") or 0)
+        vocab.cache_types = (str(loaded.get("cache_type_k") or ""), str(loaded.get("cache_type_v") or ""))
+        vocab.pooling = spec.pooling
+        facts = vocab.facts()
+        devices = tuple(_device_use(d) for d in loaded.get("devices") or ())
+        return dataclasses.replace(facts, model_bytes=int(loaded.get("size_bytes") or 0), devices=devices)
+
+    @property
+    def facts(self) -> ModelFacts:
+        if self._facts is None:
+            raise ModelNotReady("the model is not loaded yet")
+        return self._facts
+
+    def rpc_workers(self) -> tuple[WorkerHealth, ...]:
+        spec = self._spec
+        if spec is None:
+            return ()
+        return tuple(WorkerHealth(e, "lost" if e in self._lost else "ok") for e in spec.rpc)
+
+    async def generate(self, request: GenerationRequest) -> TokenStream:
+        """Stream ``request`` from the child. Raises RpcWorkerLost when a worker is gone (before or during the
+        request), InvalidRequest for what the child refuses or an option not carried to it, GenerationFailed when
+        the child fails otherwise."""
+        _refuse_uncarried(request)
+        tokens = list(request.tokens) or await self.tokenize(
+            request.prompt, add_special=request.add_special, parse_special=request.parse_special
+        )
+        proxy = await self._serving()
+        body = json.dumps(_completion_body(tokens, request)).encode()
+        answer = await proxy.forward("POST", "/completion", JSON_HEADERS, body)
+        pieces = _pieces(sse_data(answer.body))
+        try:
+            if answer.status != 200:
+                raise await self._why(error_for(answer.status, await answer.read(), LOCALINFER.title))
+            while True:
+                try:
+                    chunk = await self._next(pieces)
+                except GenerationFailed as exc:
+                    raise await self._why(exc) from exc
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            await pieces.aclose()
+            await answer.aclose()  # closes the child's connection, which aborts the request there
+
+    async def _serving(self) -> EngineProxy:
+        """The proxy to a child that runs: the one there is, or a new one once every worker answers again.
+        Raises RpcWorkerLost while a worker is gone."""
+        async with self._restart:
+            process = self._process
+            if process is not None and process.alive and self._proxy is not None:
+                return self._proxy
+            if process is not None:
+                log.warning("the child serving %s exited: starting it again", self._require_spec().name)
+                await self._stop_child()
+            await self._start()
+            assert self._proxy is not None
+            return self._proxy
+
+    async def _next(self, pieces: AsyncIterator[TokenChunk]) -> TokenChunk | None:
+        """The next chunk, None at the end; while none comes, the workers are checked every STALL_SECONDS and the
+        child is stopped once one of them takes no connection (then its stream ends, and GenerationFailed)."""
+        task = asyncio.ensure_future(anext(pieces, None))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=STALL_SECONDS)
+                if done:
+                    return task.result()
+                gone = await asyncio.to_thread(self._unreachable)
+                if gone:
+                    self._lost.update(gone)
+                    log.warning("RPC worker %s takes no connection: stopping the child", ", ".join(gone))
+                    if self._process is not None:
+                        await self._process.stop(grace=0)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    def _unreachable(self) -> dict[str, str]:
+        return {e: "it takes no connection" for e in self._require_spec().rpc if not reachable(e)}
+
+    async def _why(self, error: Exception) -> Exception:
+        """``error`` when the child still runs; else RpcWorkerLost naming the worker that is gone (asked now), or
+        GenerationFailed with the end of the child's log."""
+        process = self._process
+        if process is None:
+            return error
+        for _ in range(EXIT_POLLS):  # its connection closes as it aborts, a moment before it has exited
+            if not process.alive:
+                break
+            await asyncio.sleep(EXIT_POLL_SECONDS)
+        if process.alive:
+            return error
+        gone = self._lost or await asyncio.to_thread(self._unreachable)
+        if gone:
+            self._lost.update(gone)
+            endpoint = next(iter(gone))
+            return RpcWorkerLost(endpoint, f"RPC worker {endpoint} was lost during the request ({gone[endpoint]})")
+        return GenerationFailed(f"the child serving this model exited during the request:\n{process.log_tail()}")
+
+    async def unload(self) -> None:
+        """Stop the child (requests in flight end) and free the vocabulary."""
+        await self._stop_child()
+        self._spec, self._facts = None, None
+        if self._vocab is not None:
+            self._vocab.free()
+            self._vocab = None
+
+    async def _stop_child(self) -> None:
+        process, proxy = self._process, self._proxy
+        self._process, self._proxy = None, None
+        if process is not None:
+            await process.stop(grace=10.0)
+        if proxy is not None:
+            await proxy.aclose()
+
+    def slot_usage(self) -> SlotUsage:
+        return SlotUsage()  # the child's slots are its own
+
+    async def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        return self._require_vocab().tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    async def detokenize(self, tokens: Sequence[int]) -> list[TokenPiece]:
+        vocab = self._require_vocab()
+        return [TokenPiece(t, vocab.token_bytes(t)) for t in tokens]
+
+    def _require_spec(self) -> LoadSpec:
+        if self._spec is None:
+            raise ModelNotReady("the model is not loaded yet")
+        return self._spec
+
+    def _require_vocab(self) -> LlamaModel:
+        if self._vocab is None:
+            raise ModelNotReady("the model is not loaded yet")
+        return self._vocab
+
+    def _new_log(self) -> Path:
+        log_dir = self._log_dir or Path(tempfile.gettempdir()) / "localinfer"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="rpc-child-", suffix=".log", dir=log_dir)
+        os.close(fd)
+        return Path(name)
+
+
+def _refuse_uncarried(request: GenerationRequest) -> None:
+    """Raise InvalidRequest for an option the child's /completion is not given here (never dropped)."""
+    options = request.options
+    for name, asked in (
+        ("logprobs", options.logprobs is not None),
+        ("response_format", options.response_format.type in ("json_object", "json_schema")),
+        ("n_indent", options.n_indent > 0),
+        ("t_max_predict_ms", options.t_max_predict_ms > 0),
+        ("thinking_budget", options.thinking_budget is not None),
+    ):
+        if asked:
+            raise InvalidRequest(
+                f"{name} is not carried to a model served over RPC workers, and localinfer does not drop it",
+                param=name,
+            )
+
+
+def _completion_body(tokens: list[int], request: GenerationRequest) -> dict[str, Any]:
+    """llama-server's /completion body for ``request``, its prompt as token ids."""
+    options, s = request.options, request.options.sampling
+    body: dict[str, Any] = {
+        "prompt": tokens,
+        "stream": True,
+        "n_predict": -1 if options.max_tokens is None else options.max_tokens,
+        "temperature": s.temperature,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "repeat_penalty": s.repeat_penalty,
+        "repeat_last_n": s.repeat_last_n,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "seed": -1 if s.seed is None else s.seed,
+        "stop": list(options.stop),
+        "ignore_eos": options.ignore_eos,
+        "cache_prompt": options.cache_prompt,
+        "n_keep": options.n_keep,
+        "logit_bias": [[token, bias] for token, bias in s.logit_bias],
+    }
+    if options.response_format.type == "grammar":
+        body["grammar"] = options.response_format.grammar
+    return body
+
+
+async def _pieces(events: AsyncIterator[str]) -> AsyncGenerator[TokenChunk, None]:
+    """Chunks from the child's /completion events. Raises GenerationFailed for an error event, or when the stream
+    ends before the generation does."""
+    async for data in events:
+        try:
+            payload = json.loads(data)
+        except ValueError as exc:
+            raise GenerationFailed(f"the child sent an event that is not JSON: {data[:200]!r}") from exc
+        if payload.get("error"):
+            error = payload["error"]
+            raise GenerationFailed(str(error.get("message") if isinstance(error, dict) else error))
+        if not payload.get("stop"):
+            if payload.get("content") or payload.get("tokens"):
+                yield TokenChunk(payload.get("content") or "", tokens=tuple(payload.get("tokens") or ()))
+            continue
+        yield _last(payload)
+        return
+    raise GenerationFailed("the child's stream ended before the generation finished")
+
+
+def _last(payload: Mapping[str, Any]) -> TokenChunk:
+    t = payload.get("timings") or {}
+    cached = int(t.get("cache_n") or 0)
+    usage = Usage(int(payload.get("tokens_evaluated") or 0), int(payload.get("tokens_predicted") or 0), cached)
+    timings = Timings(
+        float(t.get("prompt_ms") or 0.0),
+        float(t.get("predicted_ms") or 0.0),
+        int(t.get("prompt_n") or 0),
+        int(t.get("predicted_n") or 0),
+        draft_n=int(t.get("draft_n") or 0),
+        draft_n_accepted=int(t.get("draft_n_accepted") or 0),
+        cache_n=cached,
+    )
+    kind = payload.get("stop_type")
+    return TokenChunk(
+        "",
+        finish_reason="length" if kind == "limit" else "stop",
+        usage=usage,
+        timings=timings,
+        stop_word=payload.get("stopping_word") or None,
+        truncated=bool(payload.get("truncated")),
+    )
+
+
+def _device_use(d: Mapping[str, Any]) -> DeviceUse:
+    return DeviceUse(str(d.get("name") or ""), str(d.get("where") or ""), int(d.get("size_bytes") or 0))
+
+
+async def _json(proxy: EngineProxy, method: str, path: str) -> dict[str, Any]:
+    answer = await proxy.forward(method, path, [], b"")
+    body = await answer.read()
+    with contextlib.suppress(ValueError):
+        data = json.loads(body)
+        if answer.status == 200 and isinstance(data, dict):
+            return data
+    raise ModelLoadError(f"the child server's {path} answered {answer.status}: {body[:300]!r}")
+
+
+def with_rpc_child(
+    factories: BackendFactory | BackendFactories, settings: Settings
+) -> BackendFactory | BackendFactories:
+    """``factories`` with GGUF models served by RpcChildBackend when the settings place them on RPC workers (and
+    do not ask for them in this process); a test's own factories are left as they are."""
+    if not settings.rpc or settings.rpc_in_process or not isinstance(factories, Mapping):
+        return factories
+    if factories.get("gguf") is not LlamaCppBackend:
+        return factories
+    child = functools.partial(RpcChildBackend, home=settings.home, log_dir=settings.home / "logs")
+    return {**factories, "gguf": child}
