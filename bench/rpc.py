@@ -1,0 +1,356 @@
+"""A model split over llama.cpp RPC workers: `localinfer serve --rpc` with `localinfer rpc` workers against
+`llama-server --rpc` with llama.cpp's own worker (`ggml-rpc-server`), on loopback and over a simulated link.
+
+Configurations, per model:
+
+- local: no worker, every layer on this machine's CPU;
+- 1 worker: every layer on one worker (`--rpc A`; llama-server `-ngl 99`);
+- 2 workers: the layers cut in two halves (`--tensor-split 1,1`), the output on the second;
+- 1 worker + 1 ms, 1 worker + 5 ms: the worker behind bench/delay_proxy.py, which holds every byte for half the
+  round trip each way (a LAN, a fast WAN), to show what the network costs per token.
+
+Each engine has workers of its own (a worker serves one client at a time), with the same threads, started together,
+so both pairs run at once and the engines alternate request by request: the order flips every round, and round 0 is
+a warm-up that is not counted. A round's prompt is fresh (sentences in a random order with random numbers, so no
+cached run of tokens helps), about `--prompt-words` words, the same for both engines; the reply is greedy and exactly
+`--tokens` tokens (ignore_eos). Decode tok/s = tokens after the first over the time from the first to the last
+streamed token; prompt tok/s = prompt tokens over the time to the first token. Reported: the median and min-max over
+rounds, and the ratio localinfer / llama-server taken round by round. localinfer runs with `--spec off` (llama-server
+does not speculate by default).
+
+One thread per server and per worker by default: on a machine of two cores shared with other work, two threads each
+(four spinning at once when a worker and its server both compute) made llama.cpp's thread barriers stall for tens of
+milliseconds a token, in llama-server as in localinfer.
+
+Usage: .venv/bin/python bench/rpc.py --home ~/.cache/localinfer/test-home \
+       [--models smollm2,gemma3-270m-q4-k-m] [--rounds 6] [--tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import secrets
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchlib import (
+    BENCH_DIR,
+    HOST,
+    RESULTS_DIR,
+    BenchError,
+    ManagedServer,
+    free_port,
+    greedy_body,
+    install_sigterm_handler,
+    llama_cpp_bin,
+    machine_info,
+    stream_completion,
+    write_json,
+)
+
+ENGINES = ("localinfer", "llama-server")
+PROMPT = (
+    "The history of computing is a story of machines that became smaller, faster and cheaper. Vacuum tubes gave "
+    "way to transistors, transistors to integrated circuits, and those to microprocessors that put a whole "
+    "computer on one chip. Memory followed the same curve, from mercury delay lines and magnetic drums to core, "
+    "then to dynamic RAM. Storage went from punched cards and tape to disks and flash. "
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    workers: int
+    rtt_ms: float  # added round trip between the server and each worker (0: plain loopback)
+
+
+CONFIGS = {
+    c.name: c
+    for c in (
+        Config("local", 0, 0.0),
+        Config("1 worker", 1, 0.0),
+        Config("2 workers", 2, 0.0),
+        Config("1 worker + 1 ms", 1, 1.0),
+        Config("1 worker + 5 ms", 1, 5.0),
+    )
+}
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--home", type=Path, required=True, help="a localinfer home holding the models")
+    p.add_argument("--models", default="smollm2,gemma3-270m-q4-k-m", help="model names, comma-separated")
+    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
+    p.add_argument("--rounds", type=int, default=6, help="measured rounds per configuration (default 6)")
+    p.add_argument("--tokens", type=int, default=64, help="tokens generated per request (default 64)")
+    p.add_argument("--prompt-words", type=int, default=300, help="about how long each prompt is (default 300)")
+    p.add_argument("--threads", type=int, default=1, help="threads of every server and worker (default 1)")
+    p.add_argument("--ctx", type=int, default=2048)
+    p.add_argument("--llama-cpp-bin", type=Path, help="folder with llama-server and ggml-rpc-server (default: built)")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR / "rpc.json")
+    args = p.parse_args()
+    args.models = [m for m in args.models.split(",") if m]
+    args.configs = [CONFIGS[c.strip()] for c in args.configs.split(",") if c.strip()]
+    return args
+
+
+def model_path(home: Path, name: str) -> Path:
+    """The GGUF file of ``name`` in the localinfer home (its manifest's one file)."""
+    manifest = home / "models" / "manifests" / f"{name}.json"
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise BenchError(f"no model {name} in {home} ({exc}): pull it, or run its tests once") from exc
+    return home / "models" / files[0]["path"]
+
+
+class Process:
+    """A worker or proxy child process, ready once its port takes connections; stopped with SIGTERM."""
+
+    def __init__(self, name: str, cmd: list[str], port: int, log: Path) -> None:
+        self.name, self.cmd, self.port, self.log = name, cmd, port, log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while True:
+            if self.proc.poll() is not None:
+                raise BenchError(
+                    f"{name} exited with {self.proc.returncode}: {log.read_text(errors='replace')[-2000:]}"
+                )
+            try:
+                socket.create_connection((HOST, port), timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"{name} did not listen on {port} within 120 s") from None
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=0.1)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, 15)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+
+
+def hello_rtt_ms(port: int, tries: int = 15) -> float:
+    """The median time of the RPC handshake (HELLO and its answer) with the worker behind ``port``: one round
+    trip of the link plus the worker's answer."""
+    times = []
+    for _ in range(tries):
+        with socket.create_connection((HOST, port), timeout=10) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            started = time.perf_counter()
+            sock.sendall(struct.pack("<BQ", 14, 24) + bytes(24))
+            data = b""
+            while len(data) < 8 or len(data) < 8 + struct.unpack("<Q", data[:8])[0]:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    raise BenchError("the worker closed the handshake")
+                data += chunk
+            times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+@contextlib.contextmanager
+def workers_for(
+    engine: str, config: Config, args: argparse.Namespace, bin_dir: Path, logs: Path
+) -> Iterator[list[str]]:
+    """``config.workers`` workers of ``engine``'s kind (behind delay proxies when the link is simulated); the
+    addresses its server dials."""
+    started: list[Process] = []
+    try:
+        endpoints = []
+        for i in range(config.workers):
+            port = free_port()
+            if engine == "localinfer":
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "localinfer.app.cli",
+                    "rpc",
+                    "--port",
+                    str(port),
+                    "--threads",
+                    str(args.threads),
+                ]
+            else:
+                cmd = [str(bin_dir / "ggml-rpc-server"), "-p", str(port), "-t", str(args.threads)]
+            started.append(Process(f"{engine} worker {i}", cmd, port, logs / f"{engine}-worker-{i}.log"))
+            if config.rtt_ms:
+                front = free_port()
+                proxy = [sys.executable, str(BENCH_DIR / "delay_proxy.py"), "--listen", str(front)]
+                proxy += ["--to", f"{HOST}:{port}", "--rtt-ms", str(config.rtt_ms)]
+                started.append(Process(f"{engine} proxy {i}", proxy, front, logs / f"{engine}-proxy-{i}.log"))
+                port = front
+            endpoints.append(f"{HOST}:{port}")
+        yield endpoints
+    finally:
+        for process in reversed(started):
+            process.stop()
+
+
+def server_command(
+    engine: str, model: str, path: Path, endpoints: list[str], port: int, args: argparse.Namespace
+) -> list[str]:
+    common_rpc: list[str] = []
+    if endpoints:
+        common_rpc = ["--rpc", ",".join(endpoints)]
+        if len(endpoints) > 1:
+            common_rpc += ["--tensor-split", ",".join("1" for _ in endpoints)]
+    if engine == "localinfer":
+        cmd = [sys.executable, "-m", "localinfer.app.cli", "serve", model, "--host", HOST, "--port", str(port)]
+        cmd += ["--threads", str(args.threads), "--ctx-size", str(args.ctx), "--parallel", "1", "--spec", "off"]
+        return cmd + common_rpc
+    cmd = [str(args.bin_dir / "llama-server"), "-m", str(path), "--host", HOST, "--port", str(port)]
+    cmd += ["-t", str(args.threads), "-c", str(args.ctx), "-np", "1", "-fit", "off"]
+    return cmd + common_rpc + (["-ngl", "99"] if endpoints else [])
+
+
+def prompt(words: int, rng: random.Random) -> str:
+    """About ``words`` words of the text's sentences in a random order, each with a random number in it: no run of
+    tokens comes back from an earlier prompt, so neither a prefix cache nor localinfer's reuse by shifting helps."""
+    sentences = [s.strip() + "." for s in PROMPT.split(".") if s.strip()]
+    parts: list[str] = []
+    while sum(len(p.split()) for p in parts) < words:
+        parts.append(f"{rng.randrange(10**6)}: {rng.choice(sentences)}")
+    return " ".join(parts)
+
+
+def run_config(model: str, path: Path, config: Config, args: argparse.Namespace) -> dict[str, Any]:
+    logs = RESULTS_DIR / "logs" / "rpc" / f"{model}-{config.name.replace(' ', '-')}"
+    samples: dict[str, dict[str, list[float]]] = {e: {"decode": [], "prompt": []} for e in ENGINES}
+    commands: dict[str, list[str]] = {}
+    rtt: dict[str, float] = {}
+    with contextlib.ExitStack() as stack:
+        servers: dict[str, ManagedServer] = {}
+        for engine in ENGINES:
+            endpoints = stack.enter_context(workers_for(engine, config, args, args.bin_dir, logs))
+            if config.rtt_ms:
+                rtt[engine] = hello_rtt_ms(int(endpoints[0].rpartition(":")[2]))
+            port = free_port()
+            commands[engine] = server_command(engine, model, path, endpoints, port, args)
+            print(f"[{model} / {config.name}] {' '.join(commands[engine])}", file=sys.stderr)
+            servers[engine] = stack.enter_context(ManagedServer(engine, commands[engine], port, logs / f"{engine}.log"))
+        ids = {engine: server.model_id(model) for engine, server in servers.items()}
+        rng = random.Random(secrets.randbits(64))
+        with httpx.Client(timeout=600.0) as client:
+            for round_no in range(args.rounds + 1):
+                order = ENGINES if round_no % 2 else ENGINES[::-1]
+                text = prompt(args.prompt_words, rng)  # the same for both engines in a round
+                for engine in order:
+                    server = servers[engine]
+                    body = greedy_body(ids[engine], args.tokens, prompt=text)
+                    stats = stream_completion(client, server.base_url, body)
+                    if stats.tokens != args.tokens:
+                        raise BenchError(f"{engine} gave {stats.tokens} tokens, not {args.tokens}")
+                    if round_no == 0:
+                        continue
+                    samples[engine]["decode"].append(stats.decode_tps)
+                    samples[engine]["prompt"].append((stats.prompt_tokens or 0) / stats.ttft_s)
+    result: dict[str, Any] = {"commands": commands, "handshake_rtt_ms": rtt or None, "samples": samples}
+    for kind in ("decode", "prompt"):
+        ours, theirs = samples["localinfer"][kind], samples["llama-server"][kind]
+        result[kind] = {e: spread(samples[e][kind]) for e in ENGINES}
+        result[kind]["ratio"] = spread([a / b for a, b in zip(ours, theirs, strict=True)])
+    return result
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def per_token_cost(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Milliseconds a simulated link adds to each decoded token (median tok/s against 1 worker on loopback)."""
+    base = results.get("1 worker")
+    costs: dict[str, dict[str, float]] = {}
+    if base is None:
+        return costs
+    for name, res in results.items():
+        if name.startswith("1 worker +"):
+            costs[name] = {e: 1000 / res["decode"][e]["median"] - 1000 / base["decode"][e]["median"] for e in ENGINES}
+    return costs
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        "| model | configuration | decode tok/s localinfer | llama-server | ratio (min-max) "
+        "| prompt tok/s localinfer | llama-server | ratio (min-max) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for model, results in report["models"].items():
+        for name, res in results.items():
+            cells = []
+            for kind in ("decode", "prompt"):
+                r = res[kind]
+                ratio = r["ratio"]
+                cells += [
+                    f"{r['localinfer']['median']:.1f}",
+                    f"{r['llama-server']['median']:.1f}",
+                    f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})",
+                ]
+            lines.append(f"| {model} | {name} | " + " | ".join(cells) + " |")
+    costs = [(m, c) for m, c in report["link_cost_ms_per_token"].items() if c]
+    if costs:
+        lines += ["", "| model | link | ms added per token: localinfer | llama-server |", "|---|---|---:|---:|"]
+        for model, by_link in costs:
+            for link, cost in by_link.items():
+                lines.append(f"| {model} | {link} | {cost['localinfer']:.2f} | {cost['llama-server']:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    install_sigterm_handler()
+    args = parse_args()
+    args.bin_dir = llama_cpp_bin(args.llama_cpp_bin)
+    if not os.access(args.bin_dir / "ggml-rpc-server", os.X_OK):
+        raise BenchError(f"no ggml-rpc-server in {args.bin_dir}: run bench/build-llama-cpp")
+    os.environ["LOCALINFER_HOME"] = str(args.home)
+    started = time.monotonic()
+    load_before = os.getloadavg()
+    report: dict[str, Any] = {"models": {}, "link_cost_ms_per_token": {}}
+    for model in args.models:
+        path = model_path(args.home, model)
+        report["models"][model] = {}
+        for config in args.configs:
+            report["models"][model][config.name] = run_config(model, path, config, args)
+            print(f"[{model} / {config.name}] done at {time.monotonic() - started:.0f} s", file=sys.stderr)
+        report["link_cost_ms_per_token"][model] = per_token_cost(report["models"][model])
+    payload = {
+        "benchmark": "rpc",
+        "machine": machine_info(),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "llama_cpp_build": (args.bin_dir / "BUILD-INFO").read_text(),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "seconds": time.monotonic() - started,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **report,
+    }
+    write_json(args.out, payload)
+    print(render(report))
+    print(f"\n{payload['seconds']:.0f} s; load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
