@@ -194,6 +194,11 @@ class Settings(BaseSettings):
         "draft has 62 at most.",
     )
     draft_min: int = Field(0, ge=0, le=256, description="A shorter draft is not verified.")
+    engine: Literal["vllm", "sglang", "tgi", "trtllm"] | None = Field(
+        None,
+        description="The engine, run as a child process, that serves Hugging Face (safetensors) folders: vllm, "
+        "sglang, tgi or trtllm (unset: vLLM; a built TensorRT-LLM engine folder runs on trtllm).",
+    )
     engine_args: list[str] = Field(
         default_factory=list,
         description="Arguments given as they are to an engine run as a process (vLLM: --tensor-parallel-size 2).",

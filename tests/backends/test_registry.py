@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from localinfer.backends.engine_process.engines import VllmBackend
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.onnx.backend import OnnxBackend
 from localinfer.backends.registry import DEFAULT_BACKENDS, backend_for
-from localinfer.backends.engine_process.engines import VllmBackend
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelLoadError

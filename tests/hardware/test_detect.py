@@ -45,7 +45,14 @@ def test_llama_cpp_is_available_here_and_vllm_is_not_with_a_reason(profile: Hard
     vllm = profile.backend("vllm")
     assert not vllm.available
     assert "vllm" in vllm.reason
-    assert {b.name for b in profile.backends} == {"llamacpp", "onnx", "vllm"}
+    assert [b.name for b in profile.backends] == ["llamacpp", "onnx", "vllm", "sglang", "tgi", "trtllm"]
+
+
+def test_every_engine_process_is_listed_here_as_not_installed_with_how_to_get_it(profile: HardwareProfile) -> None:
+    reasons = {b.name: b.reason for b in profile.backends if not b.available}
+    assert reasons["sglang"] == "sglang is not installed (pip install 'localinfer[sglang]', on Linux with a CUDA GPU)"
+    assert reasons["tgi"].startswith("text-generation-launcher is not installed (run TGI's container")
+    assert reasons["trtllm"].startswith("trtllm-serve is not installed (pip install tensorrt-llm --extra-index-url")
 
 
 def test_the_profile_round_trips_through_json(profile: HardwareProfile) -> None:

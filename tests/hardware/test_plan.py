@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from localinfer.hardware.model_profile import ModelProfile, with_draft
 from localinfer.hardware.plan import CPU_COMPUTE_RESERVE, Overrides, PlanError, fits_in, plan
+from localinfer.hardware.profile import BackendAvailability
 from tests.hardware.profiles import GB, HARDWARE, MODELS
 
 # (machine, model, backend, device, GPU layers, context, slots, fits, words the explanation must hold)
@@ -56,7 +59,7 @@ PLANS = [
         8192,
         0,
         True,
-        "split over 4 GPUs (--tensor-parallel-size 4)",
+        "split over 4 GPUs (tensor parallelism 4)",
     ),
     ("Jetson Orin Nano 8 GB", "SmolLM2 135M Q4_1", "llamacpp", "cuda:0", 31, 8192, 4, True, "all 31 layers on Orin"),
     ("Jetson Orin Nano 8 GB", "Llama 3.1 8B Q4_K_M", "llamacpp", "cuda:0", 27, 8192, 1, False, "it will swap or fail"),
@@ -96,8 +99,8 @@ def test_the_plan_for_each_machine_and_model(
 
 def test_vllm_splits_a_model_over_gpus_only_when_one_cannot_hold_it() -> None:
     four = HARDWARE["4x A100 80 GB with vLLM"]
-    assert plan(four, MODELS["Llama 3.3 70B safetensors"]).engine_args == ("--tensor-parallel-size", "4")
-    assert plan(four, MODELS["Llama 3.1 8B safetensors"]).engine_args == ()
+    assert plan(four, MODELS["Llama 3.3 70B safetensors"]).tensor_parallel == 4
+    assert plan(four, MODELS["Llama 3.1 8B safetensors"]).tensor_parallel == 0
 
 
 def test_the_table_covers_twelve_machines() -> None:
@@ -213,3 +216,32 @@ def test_the_kv_cache_types_asked_for_win_and_a_model_that_fits_keeps_f16() -> N
 def test_fits_in_says_which_files_a_machine_can_hold(machine: str, size_gb: float, fits: bool) -> None:
     hw = HARDWARE[machine]
     assert fits_in(hw, int(size_gb * GB), gpu_offload=hw.backend("llamacpp").gpu_offload) is fits
+
+
+def test_a_named_engine_serves_a_hugging_face_folder_and_says_it_was_asked() -> None:
+    sglang = dataclasses.replace(
+        HARDWARE["H100 80 GB with vLLM"],
+        backends=(*HARDWARE["H100 80 GB with vLLM"].backends, BackendAvailability("sglang", True, "sglang 0.5")),
+    )
+    chosen = plan(sglang, MODELS["Llama 3.1 8B safetensors"], Overrides(engine="sglang"))
+    assert chosen.backend == "sglang"
+    assert chosen.reasons[0].endswith(", as asked (--engine sglang)")
+
+
+def test_the_default_engine_for_a_hugging_face_folder_is_vllm_and_says_how_to_pick_another() -> None:
+    chosen = plan(HARDWARE["H100 80 GB with vLLM"], MODELS["Llama 3.1 8B safetensors"])
+    assert chosen.backend == "vllm"
+    assert "the default engine (--engine sglang, tgi or trtllm picks another)" in chosen.reasons[0]
+
+
+def test_a_named_engine_that_is_not_installed_is_refused_with_how_to_get_it() -> None:
+    with pytest.raises(PlanError) as refused:
+        plan(HARDWARE["H100 80 GB with vLLM"], MODELS["Llama 3.1 8B safetensors"], Overrides(engine="tgi"))
+    assert refused.value.message == "the tgi backend is not available here: tgi was not probed"
+    assert refused.value.hint.startswith("run TGI's container")
+
+
+def test_the_engine_setting_leaves_gguf_files_on_llama_cpp() -> None:
+    assert plan(HARDWARE["RTX 4090 24 GB"], MODELS["Llama 3.1 8B Q4_K_M"], Overrides(engine="sglang")).backend == (
+        "llamacpp"
+    )

@@ -193,6 +193,7 @@ class Engine:
             gpu_layers=chosen.gpu_layers,
             provider=chosen.provider,
             extra_args=spec.extra_args + chosen.engine_args,
+            tensor_parallel=chosen.tensor_parallel,
             cache_type_k=chosen.cache_type_k,
             cache_type_v=chosen.cache_type_v,
         )
@@ -220,6 +221,7 @@ class Engine:
             cache_type_v=s.cache_type_v,
             flash_attn=s.flash_attn,
             rpc_workers=len(parse_endpoints(s.rpc)),
+            engine=s.engine,
         )
 
     def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:

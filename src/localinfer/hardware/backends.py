@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from localinfer.hardware.profile import OS, BackendAvailability, GPUInfo
@@ -13,6 +15,54 @@ from localinfer.hardware.profile import OS, BackendAvailability, GPUInfo
 # llama.cpp's system info names its backends ("CUDA : ARCHS = 890 | … | CPU : SSE3 = 1 | …"); these drive a GPU.
 _LLAMA_GPU_BACKENDS = ("CUDA", "ROCm", "HIP", "Metal", "MTL", "Vulkan", "SYCL", "MUSA", "CANN", "OpenCL", "Kompute")
 VLLM_MIN_COMPUTE = (7, 0)
+
+
+@dataclass(frozen=True)
+class EngineInstall:
+    """How an engine run as a child process is found here and what it needs: a Python ``module`` found without
+    importing it (its ``distribution`` names the version), else a ``program`` on PATH; ``how`` to get it."""
+
+    name: str
+    title: str
+    how: str
+    module: str | None = None
+    distribution: str | None = None
+    program: str | None = None
+    min_compute: tuple[int, int] = VLLM_MIN_COMPUTE
+
+
+# The engines as their own docs state them (each recipe in backends/engine_process/recipes/ starts one).
+ENGINE_INSTALLS: tuple[EngineInstall, ...] = (
+    EngineInstall(
+        "vllm", "vLLM", "pip install 'localinfer[vllm]', on Linux with a CUDA GPU", "vllm", "vllm", None, (7, 0)
+    ),
+    EngineInstall(
+        "sglang",
+        "SGLang",
+        "pip install 'localinfer[sglang]', on Linux with a CUDA GPU",
+        "sglang",
+        "sglang",
+        None,
+        (7, 5),
+    ),
+    EngineInstall(
+        "tgi",
+        "TGI",
+        "run TGI's container (ghcr.io/huggingface/text-generation-inference) or build it, with "
+        "text-generation-launcher on PATH",
+        program="text-generation-launcher",
+        min_compute=(8, 0),
+    ),
+    EngineInstall(
+        "trtllm",
+        "TensorRT-LLM",
+        "pip install tensorrt-llm --extra-index-url https://pypi.nvidia.com, or NVIDIA's TensorRT-LLM container, "
+        "with trtllm-serve on PATH",
+        program="trtllm-serve",
+        min_compute=(8, 0),
+    ),
+)
+ENGINE_NAMES = tuple(e.name for e in ENGINE_INSTALLS)
 
 
 def is_installed(module: str) -> bool:
@@ -87,16 +137,36 @@ def onnx_availability(probe: Mapping[str, Any] | None, error: str | None) -> Bac
 def vllm_availability(system: OS, gpus: Sequence[GPUInfo]) -> BackendAvailability:
     """vLLM, looked up without importing it (a heavy import): it needs Linux and an NVIDIA GPU of compute
     capability 7.0 or more. Whether a model is worth running on it is the planner's call."""
-    if not is_installed("vllm"):
-        return BackendAvailability(
-            "vllm", False, "vllm is not installed (pip install 'localinfer[vllm]', on Linux with a CUDA GPU)"
-        )
-    version = installed_version("vllm")
-    label = f"vllm {version}" if version else "vllm"
+    return engine_availability(ENGINE_INSTALLS[0], system, gpus)
+
+
+def engine_availability(
+    engine: EngineInstall, system: OS, gpus: Sequence[GPUInfo], path: str | None = None
+) -> BackendAvailability:
+    """Whether ``engine`` is installed (its module, without importing it, or its program on ``path``, None: this
+    process's PATH) and usable here: Linux and an NVIDIA GPU of its compute capability; why not, and how to get it."""
+    name, label, version = engine.name, engine.module or engine.program or engine.name, None
+    if engine.module is not None:
+        found = is_installed(engine.module)
+        version = installed_version(engine.distribution or engine.module) if found else None
+        label = f"{engine.module} {version}" if version else engine.module
+    else:
+        found = shutil.which(engine.program or engine.name, path=path) is not None
+    if not found:
+        return BackendAvailability(name, False, f"{label} is not installed ({engine.how})")
     if system != "linux":
-        return BackendAvailability("vllm", False, f"{label} is installed but runs on Linux only", version)
-    cuda = [g for g in gpus if g.api == "cuda" and (g.compute_capability or (0, 0)) >= VLLM_MIN_COMPUTE]
+        return BackendAvailability(name, False, f"{label} is installed but runs on Linux only", version)
+    need = engine.min_compute
+    cuda = [g for g in gpus if g.api == "cuda" and (g.compute_capability or (0, 0)) >= need]
     if not cuda:
-        why = f"{label} is installed but needs an NVIDIA GPU with compute capability 7.0 or more"
-        return BackendAvailability("vllm", False, why, version)
-    return BackendAvailability("vllm", True, f"{label}, {len(cuda)} CUDA GPU(s) it can use", version)
+        why = f"{label} is installed but needs an NVIDIA GPU with compute capability {need[0]}.{need[1]} or more"
+        if any(g.api == "cuda" for g in gpus):
+            best = max(g.compute_capability or (0, 0) for g in gpus if g.api == "cuda")
+            why += f" (the best here has {best[0]}.{best[1]})"
+        return BackendAvailability(name, False, why, version)
+    return BackendAvailability(name, True, f"{label}, {len(cuda)} CUDA GPU(s) it can use", version)
+
+
+def engine_availabilities(system: OS, gpus: Sequence[GPUInfo], path: str | None = None) -> list[BackendAvailability]:
+    """Every engine run as a child process (vLLM, SGLang, TGI, TensorRT-LLM), in that order."""
+    return [engine_availability(e, system, gpus, path) for e in ENGINE_INSTALLS]

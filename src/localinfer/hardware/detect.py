@@ -125,7 +125,7 @@ class _Detection:
             lambda: (
                 backends.llamacpp_availability(*llama_answer),
                 backends.onnx_availability(*onnx_answer),
-                backends.vllm_availability(self.system, found),
+                *backends.engine_availabilities(self.system, found, self.environ.get("PATH")),
             ),
             not_probed,
         )

@@ -4,8 +4,10 @@ Rules (issue 6):
 - GGUF runs on llama.cpp, with as many layers on the GPU as fit: each layer's weights plus its slice of the KV
   cache for the context and slots, after a compute reserve and a margin per device.
 - ONNX (onnxruntime-genai) runs on ONNX Runtime with the best provider present: CUDA, DirectML, CoreML, else CPU.
-- A Hugging Face (safetensors) model runs on vLLM only on Linux with an NVIDIA GPU of compute capability >= 8.0 and
-  >= 40 GiB, with vllm importable.
+- A Hugging Face (safetensors) model runs on an engine run as a child process: vLLM by default, only on Linux with
+  an NVIDIA GPU of compute capability >= 8.0 and >= 40 GiB, with vllm importable; SGLang, TGI or TensorRT-LLM when
+  the ``engine`` setting (``--engine``) names one, on Linux with an NVIDIA GPU of the compute capability it needs.
+  A built TensorRT-LLM engine folder runs on TensorRT-LLM (the registry knows it by its files).
 - The KV cache is f16, or q8_0 (about half the memory, a small loss) when an f16 one a whole context long does
   not fit beside the weights; the context shrinks only when even that does not fit.
 - The user's ``--backend``, ``--gpu-layers``, ``--ctx`` and ``--cache-type-k/-v`` win over every rule.
@@ -16,12 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localinfer.errors import LocalInferError
+from localinfer.hardware.backends import ENGINE_INSTALLS, ENGINE_NAMES, EngineInstall
 from localinfer.hardware.model_profile import ModelProfile
 from localinfer.hardware.profile import GiB, GPUInfo, HardwareProfile
 from localinfer.types import DEFAULT_KV_CACHE_TYPE, kv_cache_scale
 
 MiB = 1 << 20
-BACKENDS = ("llamacpp", "onnx", "vllm")
+BACKENDS = ("llamacpp", "onnx", *ENGINE_NAMES)  # the engines run as child processes: vllm, sglang, tgi, trtllm
 CTX_CAP = 8192  # the default context when the model was trained for more (as LoadSpec.ctx_cap)
 CTX_FLOOR = 512
 MOST_SLOTS = 4
@@ -55,6 +58,7 @@ class Overrides:
     cache_type_v: str | None = None
     flash_attn: str = "auto"  # "off": plain attention, which cannot read a quantized value cache
     rpc_workers: int = 0  # llama.cpp RPC workers (serve --rpc) whose devices take offloaded layers
+    engine: str | None = None  # the engine for Hugging Face folders (vllm, sglang, tgi, trtllm); None: vLLM
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,8 @@ class Plan:
     memory_bytes: int = 0  # weights + KV cache + compute reserve, all devices
     fits: bool = True
     reasons: tuple[str, ...] = ()
-    engine_args: tuple[str, ...] = ()  # for an engine run as a process (vLLM: --tensor-parallel-size 2)
+    engine_args: tuple[str, ...] = ()  # for an engine run as a process, as they are
+    tensor_parallel: int = 0  # GPUs an engine run as a process splits the model over (its own flag); 0: one
     cache_type_k: str = DEFAULT_KV_CACHE_TYPE  # llama.cpp's KV cache element types
     cache_type_v: str = DEFAULT_KV_CACHE_TYPE
 
@@ -80,11 +85,13 @@ def _gb(n: int) -> str:
 
 def plan(hw: HardwareProfile, model: ModelProfile, overrides: Overrides = Overrides()) -> Plan:
     """Choose how to run ``model`` here. Raises PlanError when nothing here can serve it as asked."""
-    backend = overrides.backend or {"gguf": "llamacpp", "onnx": "onnx", "hf": "vllm"}[model.format]
+    named = overrides.engine if model.format == "hf" else None
+    backend = overrides.backend or named or {"gguf": "llamacpp", "onnx": "onnx", "hf": "vllm"}[model.format]
     if backend not in BACKENDS:
         raise PlanError(f"there is no backend called {backend}", hint="use " + ", ".join(BACKENDS))
-    if backend == "vllm":
-        _check_vllm_hardware(hw, model)  # before availability: installing vLLM would not help without the GPU
+    engine = _engine(backend)
+    if engine is not None:
+        _check_engine_hardware(hw, model, engine)  # before availability: installing it would not help without the GPU
     available = hw.backend(backend)
     if not available.available:
         raise PlanError(f"the {backend} backend is not available here: {available.reason}", hint=_install(backend))
@@ -96,14 +103,19 @@ def plan(hw: HardwareProfile, model: ModelProfile, overrides: Overrides = Overri
         if model.format != "onnx":
             raise PlanError("ONNX Runtime runs ONNX models", hint="convert it: localinfer convert MODEL --to onnx")
         return _plan_onnx(hw, model, overrides)
-    return _plan_vllm(hw, model, overrides)
+    assert engine is not None  # the backends left are engines
+    return _plan_engine(hw, model, overrides, engine, asked=backend == named or overrides.backend is not None)
+
+
+def _engine(name: str) -> EngineInstall | None:
+    return next((e for e in ENGINE_INSTALLS if e.name == name), None)
 
 
 def _install(backend: str) -> str:
-    return {
-        "onnx": "pip install 'localinfer[onnx]'",
-        "vllm": "pip install 'localinfer[vllm]' on Linux with an NVIDIA GPU",
-    }.get(backend, "reinstall localinfer")
+    engine = _engine(backend)
+    if engine is not None:
+        return engine.how
+    return {"onnx": "pip install 'localinfer[onnx]'"}.get(backend, "reinstall localinfer")
 
 
 def _threads(hw: HardwareProfile, overrides: Overrides) -> int:
@@ -278,49 +290,59 @@ def _plan_onnx(hw: HardwareProfile, model: ModelProfile, overrides: Overrides) -
     return Plan("onnx", device, 0, ctx, 1, threads, provider=provider, memory_bytes=need, reasons=reasons)
 
 
-def _vllm_gpus(hw: HardwareProfile) -> list[GPUInfo]:
+def _engine_gpus(hw: HardwareProfile, engine: EngineInstall) -> list[GPUInfo]:
+    """The GPUs ``engine`` runs on: NVIDIA ones of its compute capability; for vLLM, the default engine, only
+    datacenter ones (compute capability 8.0, 40 GiB), where it serves faster than llama.cpp."""
+    need, memory = engine.min_compute, 0
+    if engine.name == "vllm":
+        need, memory = max(need, VLLM_MIN_CC), VLLM_MIN_MEMORY
     return [
         g
         for g in hw.gpus
-        if g.vendor == "nvidia"
-        and (g.compute_capability or (0, 0)) >= VLLM_MIN_CC
-        and g.memory_total >= VLLM_MIN_MEMORY
+        if g.vendor == "nvidia" and (g.compute_capability or (0, 0)) >= need and g.memory_total >= memory
     ]
 
 
-def _check_vllm_hardware(hw: HardwareProfile, model: ModelProfile) -> None:
+def _check_engine_hardware(hw: HardwareProfile, model: ModelProfile, engine: EngineInstall) -> None:
     if model.format == "gguf":
-        raise PlanError("vLLM is not used for GGUF files here", hint="serve it with llama.cpp (the default)")
+        raise PlanError(f"{engine.title} is not used for GGUF files here", hint="serve it with llama.cpp (the default)")
+    if model.format == "onnx":
+        raise PlanError(f"{engine.title} does not run ONNX models", hint="serve it with ONNX Runtime (the default)")
     convert = "convert the model to ONNX (localinfer convert MODEL --to onnx) or pull a GGUF of it"
     if hw.os != "linux":
-        raise PlanError(f"{model.name} needs vLLM, which runs on Linux only", hint=convert)
-    if not _vllm_gpus(hw):
+        raise PlanError(f"{model.name} needs {engine.title}, which runs on Linux only", hint=convert)
+    if not _engine_gpus(hw, engine):
+        cc = ".".join(map(str, VLLM_MIN_CC if engine.name == "vllm" else engine.min_compute))
+        memory = " with 40 GiB or more" if engine.name == "vllm" else ""
         raise PlanError(
-            f"{model.name} needs vLLM, which needs an NVIDIA GPU of compute capability 8.0 or more with 40 GiB or more",
+            f"{model.name} needs {engine.title}, which needs an NVIDIA GPU of compute capability {cc} or more{memory}",
             hint=convert,
         )
 
 
-def _plan_vllm(hw: HardwareProfile, model: ModelProfile, overrides: Overrides) -> Plan:
+def _plan_engine(
+    hw: HardwareProfile, model: ModelProfile, overrides: Overrides, engine: EngineInstall, *, asked: bool
+) -> Plan:
     ctx, why_ctx = _context(model, overrides)
-    gpus = _vllm_gpus(hw)
+    gpus = _engine_gpus(hw, engine)
     gpu = gpus[0]
-    reasons = [
-        f"vLLM on {gpu.name} ({_gb(gpu.memory_total)}, compute capability {gpu.compute_capability}): "
-        f"a datacenter GPU serves {model.format} models fastest with vLLM",
-        why_ctx,
-        "vLLM batches requests itself",
-    ]
+    on = f"{engine.title} on {gpu.name} ({_gb(gpu.memory_total)}, compute capability {gpu.compute_capability})"
+    if asked:
+        why = f"{on}, as asked (--engine {engine.name})"
+    else:
+        why = (
+            f"{on}: a datacenter GPU serves {model.format} models fastest with vLLM, the default engine "
+            "(--engine sglang, tgi or trtllm picks another)"
+        )
+    reasons = [why, why_ctx, f"{engine.title} batches requests itself"]
     per_gpu = int(min(g.memory_total for g in gpus) * VLLM_MEMORY_SHARE * VLLM_WEIGHTS_SHARE)
     size = 1  # tensor parallel size: a power of two, as attention heads divide by it
     while model.size_bytes > per_gpu * size and size * 2 <= len(gpus):
         size *= 2
     fits = model.size_bytes <= per_gpu * size
-    engine_args: tuple[str, ...] = ()
     if size > 1:
-        engine_args = ("--tensor-parallel-size", str(size))
         reasons.append(
-            f"split over {size} GPUs (--tensor-parallel-size {size}): its {_gb(model.size_bytes)} of weights "
+            f"split over {size} GPUs (tensor parallelism {size}): its {_gb(model.size_bytes)} of weights "
             f"need more than the {_gb(per_gpu)} one GPU gives them beside the KV cache"
         )
     if not fits:
@@ -329,7 +351,7 @@ def _plan_vllm(hw: HardwareProfile, model: ModelProfile, overrides: Overrides) -
             f"{_gb(per_gpu * size)}: it will fail to load; pull a quantized GGUF of it"
         )
     return Plan(
-        "vllm",
+        engine.name,
         "cuda:" + ",".join(str(g.index) for g in gpus[:size]),
         -1,
         ctx,
@@ -338,7 +360,7 @@ def _plan_vllm(hw: HardwareProfile, model: ModelProfile, overrides: Overrides) -
         memory_bytes=model.size_bytes,
         fits=fits,
         reasons=tuple(reasons),
-        engine_args=engine_args,
+        tensor_parallel=size if size > 1 else 0,
     )
 
 

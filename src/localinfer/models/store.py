@@ -347,8 +347,9 @@ def onnx_manifest(
 
 
 def is_hf_folder(path: Path) -> bool:
-    """Whether ``path`` is a Hugging Face model folder: a ``config.json`` and safetensors weights."""
-    return (path / HF_CONFIG).is_file() and any(path.glob("*.safetensors"))
+    """Whether ``path`` is a Hugging Face model folder: a ``config.json`` and safetensors weights (or the
+    ``rank<N>.engine`` files of a built TensorRT-LLM engine, which an engine process serves alike)."""
+    return (path / HF_CONFIG).is_file() and (any(path.glob("*.safetensors")) or any(path.glob("rank*.engine")))
 
 
 def hf_manifest(folder: Path, *, name: str | None = None, source: str | None = None) -> Manifest:

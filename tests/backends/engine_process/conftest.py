@@ -1,5 +1,6 @@
-"""Stand-in engines for the vLLM launcher and proxy: localinfer's own server (started as ``vllm serve`` would
-be) and a tiny script that records its command line, and helpers to see which processes are left."""
+"""Stand-in engines for the engine launcher and proxy: localinfer's own server (started as an engine would be)
+and a tiny script that records its command line, and helpers to see which processes are left. Stand-ins started
+by each engine's own command line are in ``standins.py``."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from localinfer.app.server.relay import relay_route
-from localinfer.backends.vllm.launcher import EngineProcess, free_port
-from localinfer.backends.vllm.proxy import EngineProxy
+from localinfer.backends.engine_process.launcher import EngineProcess, free_port, openai_server
+from localinfer.backends.engine_process.proxy import EngineProxy
 from localinfer.models.store import Manifest
 
 # Serves /health and /v1/models (the latter only with the key it was given); records its argv to
@@ -59,6 +60,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 print("standin listening", flush=True)
 http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
+
+
+STANDIN_KEY_ENV = "VLLM_API_KEY"  # where the recording stand-in reads its key
 
 
 @pytest.fixture
@@ -100,11 +104,9 @@ LOCALINFER_KEY_ENV = "LOCALINFER_API_KEY"  # where 'localinfer serve', the stand
 def start_localinfer(gguf: Path, tmp_path: Path) -> EngineProcess:
     """A ready ``localinfer serve`` stand-in engine serving ``gguf``."""
     process = EngineProcess(
-        localinfer_command(str(gguf)),
+        openai_server(localinfer_command(str(gguf)), LOCALINFER_ARGS, key_env=LOCALINFER_KEY_ENV),
         log_path=tmp_path / "engine.log",
-        extra_args=LOCALINFER_ARGS,
         env=standin_env(tmp_path),
-        key_env=LOCALINFER_KEY_ENV,
     )
     process.start()
     try:

@@ -1,8 +1,10 @@
-"""The vLLM backend over a stand-in engine: load, generate through /v1/completions, abort, unload."""
+"""The vLLM backend over a stand-in engine started by its own command line: load, generate through /v1/completions,
+abort, unload."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -12,18 +14,14 @@ import httpx
 import pytest
 
 from localinfer.backends.base import LoadSpec
-from localinfer.backends.vllm.backend import VllmBackend
-from localinfer.backends.vllm.completions import completion_body, error_for
-from localinfer.backends.vllm.facts import DEFAULT_CONTEXT, model_facts
+from localinfer.backends.engine_process.completions import completion_body, error_for
+from localinfer.backends.engine_process.engines import VllmBackend
+from localinfer.backends.engine_process.facts import DEFAULT_CONTEXT, model_facts
+from localinfer.backends.engine_process.recipes.vllm import VLLM
 from localinfer.errors import GenerationFailed, InvalidRequest, ModelLoadError, ModelNotReady
 from localinfer.types import GenerationOptions, GenerationRequest, ResponseFormat, SamplingParams, TokenChunk
-from tests.backends.vllm.conftest import (
-    LOCALINFER_ARGS,
-    LOCALINFER_KEY_ENV,
-    group_members,
-    localinfer_command,
-    standin_env,
-)
+from tests.backends.engine_process.conftest import group_members, standin_env
+from tests.backends.engine_process.standins import install_standin
 
 
 def request(prompt: str, max_tokens: int | None, **options: object) -> GenerationRequest:
@@ -66,7 +64,7 @@ def test_facts_come_from_the_card_and_the_model_folder(tmp_path: Path) -> None:
     }
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(tokenizer))
     (tmp_path / "model.safetensors").write_bytes(b"0" * 100)
-    facts = model_facts(tmp_path, {"id": "m", "max_model_len": 8192}, extra_args=["--max-num-seqs=32"])
+    facts = model_facts(tmp_path, {"id": "m", "max_model_len": 8192}, VLLM, extra_args=["--max-num-seqs=32"])
     assert (facts.n_ctx, facts.n_ctx_train, facts.architecture) == (8192, 32768, "Qwen2ForCausalLM")
     assert (facts.chat_template, facts.bos_token, facts.eos_token) == ("{{ messages }}", "", "<|im_end|>")
     assert facts.has_chatml_tokens
@@ -74,14 +72,15 @@ def test_facts_come_from_the_card_and_the_model_folder(tmp_path: Path) -> None:
 
 
 def test_a_repo_id_gets_default_facts() -> None:
-    facts = model_facts(Path("org/not-here"), {"id": "org/not-here"})
+    facts = model_facts(Path("org/not-here"), {"id": "org/not-here"}, VLLM)
     assert (facts.n_ctx, facts.chat_template, facts.architecture) == (DEFAULT_CONTEXT, None, "unknown")
 
 
 async def test_a_failed_load_leaves_nothing_running(tmp_path: Path) -> None:
-    backend = VllmBackend(
-        command=lambda model: [sys.executable, "-c", "print('no such model'); raise SystemExit(1)"], log_dir=tmp_path
+    failing = dataclasses.replace(
+        VLLM, command=lambda: [sys.executable, "-c", "print('no such model'); raise SystemExit(1)"]
     )
+    backend = VllmBackend(recipe=failing, log_dir=tmp_path)
     with pytest.raises(ModelLoadError, match="no such model"):
         await backend.load(LoadSpec(path=Path("org/model")))
     assert backend.process is None
@@ -91,14 +90,9 @@ async def test_a_failed_load_leaves_nothing_running(tmp_path: Path) -> None:
 
 @pytest.mark.model
 async def test_the_backend_loads_generates_aborts_and_unloads(smollm2_gguf: Path, tmp_path: Path) -> None:
-    backend = VllmBackend(
-        command=localinfer_command,
-        log_dir=tmp_path,
-        env=standin_env(tmp_path),
-        ready_timeout=60,
-        key_env=LOCALINFER_KEY_ENV,
-    )
-    await backend.load(LoadSpec(path=smollm2_gguf, extra_args=tuple(LOCALINFER_ARGS)))
+    env = standin_env(tmp_path, **install_standin("vllm", tmp_path), STANDIN_GGUF=str(smollm2_gguf))
+    backend = VllmBackend(log_dir=tmp_path, env=env, ready_timeout=60)
+    await backend.load(LoadSpec(path=smollm2_gguf))
     process = backend.process
     assert process is not None
     try:

@@ -14,9 +14,9 @@ import httpx
 import openai
 import pytest
 
-from localinfer.backends.vllm.launcher import free_port
-from localinfer.backends.vllm.proxy import EngineProxy, EngineStreamBroken, ProxyResponse
-from tests.backends.vllm.conftest import group_members, serving_proxy, start_localinfer
+from localinfer.backends.engine_process.launcher import free_port
+from localinfer.backends.engine_process.proxy import EngineProxy, EngineStreamBroken, ProxyResponse
+from tests.backends.engine_process.conftest import group_members, serving_proxy, start_localinfer
 
 JSON = [("content-type", "application/json")]
 

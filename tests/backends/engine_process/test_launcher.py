@@ -15,9 +15,15 @@ import httpx
 import psutil
 import pytest
 
-from localinfer.backends.vllm.launcher import EngineProcess
+from localinfer.backends.engine_process.launcher import EngineProcess, openai_server
 from localinfer.errors import ModelLoadError
-from tests.backends.vllm.conftest import gone, group_members, standin_env, start_localinfer
+from tests.backends.engine_process.conftest import (
+    STANDIN_KEY_ENV,
+    gone,
+    group_members,
+    standin_env,
+    start_localinfer,
+)
 
 
 def wait_for(condition: object, timeout: float = 5.0) -> bool:
@@ -44,7 +50,7 @@ def test_a_localinfer_standin_becomes_ready_and_answers_health(smollm2_gguf: Pat
 
 async def test_an_engine_that_exits_at_start_fails_quoting_its_log(tmp_path: Path) -> None:
     command = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
-    process = EngineProcess(command, log_path=tmp_path / "engine.log")
+    process = EngineProcess(openai_server(command), log_path=tmp_path / "engine.log")
     process.start()
     with pytest.raises(ModelLoadError) as caught:
         await process.wait_ready(30)
@@ -55,7 +61,7 @@ async def test_an_engine_that_exits_at_start_fails_quoting_its_log(tmp_path: Pat
 
 async def test_an_engine_never_ready_times_out_and_is_killed(tmp_path: Path) -> None:
     command = [sys.executable, "-c", "import time; print('loading', flush=True); time.sleep(300)"]
-    process = EngineProcess(command, log_path=tmp_path / "engine.log")
+    process = EngineProcess(openai_server(command), log_path=tmp_path / "engine.log")
     process.start()
     started = time.monotonic()
     with pytest.raises(ModelLoadError, match="not ready after 1 seconds") as caught:
@@ -67,7 +73,7 @@ async def test_an_engine_never_ready_times_out_and_is_killed(tmp_path: Path) -> 
 
 
 def test_a_command_that_cannot_run_fails_to_load(tmp_path: Path) -> None:
-    process = EngineProcess([str(tmp_path / "no-such-engine")], log_path=tmp_path / "engine.log")
+    process = EngineProcess(openai_server([str(tmp_path / "no-such-engine")]), log_path=tmp_path / "engine.log")
     with pytest.raises(ModelLoadError, match="cannot start the engine"):
         process.start()
 
@@ -76,7 +82,9 @@ async def test_extra_args_reach_the_engine_after_host_port_and_key(standin: list
     argv_file = tmp_path / "argv.json"
     extra = ["--tensor-parallel-size", "2", "--max-model-len", "1024"]
     env = standin_env(tmp_path, STANDIN_ARGV_FILE=str(argv_file))
-    process = EngineProcess(standin, log_path=tmp_path / "engine.log", extra_args=extra, env=env)
+    process = EngineProcess(
+        openai_server(standin, extra, key_env=STANDIN_KEY_ENV), log_path=tmp_path / "engine.log", env=env
+    )
     process.start()
     try:
         await process.wait_ready(30)
@@ -90,7 +98,7 @@ async def test_extra_args_reach_the_engine_after_host_port_and_key(standin: list
 
 async def test_stop_leaves_no_process_behind(standin: list[str], tmp_path: Path) -> None:
     env = standin_env(tmp_path, STANDIN_SPAWN="1")
-    process = EngineProcess(standin, log_path=tmp_path / "engine.log", env=env)
+    process = EngineProcess(openai_server(standin, key_env=STANDIN_KEY_ENV), log_path=tmp_path / "engine.log", env=env)
     process.start()
     await process.wait_ready(30)
     pid = process.pid or 0
@@ -103,7 +111,7 @@ async def test_stop_leaves_no_process_behind(standin: list[str], tmp_path: Path)
 
 async def test_stop_kills_an_engine_that_ignores_sigterm(standin: list[str], tmp_path: Path) -> None:
     env = standin_env(tmp_path, STANDIN_IGNORE_TERM="1")
-    process = EngineProcess(standin, log_path=tmp_path / "engine.log", env=env)
+    process = EngineProcess(openai_server(standin, key_env=STANDIN_KEY_ENV), log_path=tmp_path / "engine.log", env=env)
     process.start()
     await process.wait_ready(30)
     started = time.monotonic()
@@ -113,7 +121,9 @@ async def test_stop_kills_an_engine_that_ignores_sigterm(standin: list[str], tmp
 
 
 async def test_a_forgotten_engine_is_stopped_when_collected(standin: list[str], tmp_path: Path) -> None:
-    process = EngineProcess(standin, log_path=tmp_path / "engine.log", env=standin_env(tmp_path))
+    process = EngineProcess(
+        openai_server(standin, key_env=STANDIN_KEY_ENV), log_path=tmp_path / "engine.log", env=standin_env(tmp_path)
+    )
     process.start()
     await process.wait_ready(30)
     pid = process.pid or 0
@@ -126,8 +136,9 @@ def test_an_exiting_localinfer_leaves_no_engine_behind(standin: list[str], tmp_p
     parent = f"""
         import asyncio
         from pathlib import Path
-        from localinfer.backends.vllm.launcher import EngineProcess
-        process = EngineProcess({standin!r}, log_path=Path({str(tmp_path / "engine.log")!r}))
+        from localinfer.backends.engine_process.launcher import EngineProcess, openai_server
+        launch = openai_server({standin!r}, key_env="VLLM_API_KEY")
+        process = EngineProcess(launch, log_path=Path({str(tmp_path / "engine.log")!r}))
         process.start()
         asyncio.run(process.wait_ready(30))
         print(process.pid, flush=True)
@@ -144,8 +155,9 @@ def test_a_killed_localinfer_leaves_no_engine_behind(standin: list[str], tmp_pat
     parent = f"""
         import asyncio, time
         from pathlib import Path
-        from localinfer.backends.vllm.launcher import EngineProcess
-        process = EngineProcess({standin!r}, log_path=Path({str(tmp_path / "engine.log")!r}))
+        from localinfer.backends.engine_process.launcher import EngineProcess, openai_server
+        launch = openai_server({standin!r}, key_env="VLLM_API_KEY")
+        process = EngineProcess(launch, log_path=Path({str(tmp_path / "engine.log")!r}))
         process.start()
         asyncio.run(process.wait_ready(30))
         print(process.pid, flush=True)

@@ -10,9 +10,9 @@ import httpx
 import openai
 import pytest
 
-from localinfer.backends.vllm.launcher import EngineProcess
-from localinfer.backends.vllm.proxy import EngineProxy
-from tests.backends.vllm.conftest import serving_proxy
+from localinfer.backends.engine_process.launcher import EngineProcess
+from localinfer.backends.engine_process.proxy import EngineProxy
+from tests.backends.engine_process.conftest import serving_proxy
 
 pytestmark = pytest.mark.model
 

@@ -3,6 +3,7 @@ started as ``vllm serve`` would be: OpenAI requests relayed as they are, refusal
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,19 +17,14 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from localinfer.app.server.app import create_app
+from localinfer.backends.engine_process.engines import VllmBackend
+from localinfer.backends.engine_process.recipes.vllm import VLLM
 from localinfer.backends.registry import DEFAULT_BACKENDS
-from localinfer.backends.vllm.backend import VllmBackend
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.models.store import ModelStore, hf_manifest
-from tests.backends.vllm.conftest import (
-    LOCALINFER_ARGS,
-    LOCALINFER_KEY_ENV,
-    group_members,
-    localinfer_command,
-    serving_app,
-    standin_env,
-)
+from tests.backends.engine_process.conftest import group_members, serving_app, standin_env
+from tests.backends.engine_process.standins import install_standin
 from tests.hf_folder import write_hf_folder
 
 NAME = "org/tiny-hf"
@@ -85,7 +81,8 @@ def echo_server(tmp_path: Path) -> Iterator[tuple[str, VllmBackend]]:
     """localinfer's server (key KEY) with NAME served by the echo engine; yields its URL and the backend."""
     script = tmp_path / "echo_engine.py"
     script.write_text(ECHO_ENGINE)
-    backend = VllmBackend(command=lambda folder: [sys.executable, str(script)], log_dir=tmp_path, stop_grace=2)
+    echo = dataclasses.replace(VLLM, command=lambda: [sys.executable, str(script)])
+    backend = VllmBackend(recipe=echo, log_dir=tmp_path, stop_grace=2)
     engine = served_engine(tmp_path, backend, ["--enforce-eager"])
     with serving_app(create_app(engine, api_key=KEY)) as url:
         yield url, backend
@@ -147,14 +144,10 @@ def test_other_models_and_bad_bodies_still_get_the_apps_answers(echo_server: tup
 def test_clients_chat_with_a_folder_model_through_a_localinfer_standin_engine(
     smollm2_gguf: Path, tmp_path: Path
 ) -> None:
-    backend = VllmBackend(
-        command=lambda folder: localinfer_command(str(smollm2_gguf)),  # the stand-in serves SmolLM2 in its stead
-        log_dir=tmp_path,
-        env=standin_env(tmp_path),
-        key_env=LOCALINFER_KEY_ENV,
-        stop_grace=5,
-    )
-    engine = served_engine(tmp_path, backend, LOCALINFER_ARGS)
+    # `python -m vllm.entrypoints.openai.api_server` is the stand-in, which serves SmolLM2 in the folder's stead
+    env = standin_env(tmp_path, **install_standin("vllm", tmp_path), STANDIN_GGUF=str(smollm2_gguf))
+    backend = VllmBackend(log_dir=tmp_path, env=env, stop_grace=5)
+    engine = served_engine(tmp_path, backend, [])
     messages: list[ChatCompletionMessageParam] = [
         {"role": "user", "content": "What is the capital city of France? Answer in one word."}
     ]

@@ -104,6 +104,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             cache_type_k=args.cache_type_k,
             cache_type_v=args.cache_type_v,
             rpc_workers=len(parse_endpoints(args.rpc or "")),
+            engine=settings.engine,
         )
         chosen = plan(profile, model, overrides)
     if args.json:

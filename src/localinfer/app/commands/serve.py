@@ -190,17 +190,24 @@ def add_parser(subparsers: Any) -> None:
     add_reasoning_flags(p)
     add_llama_server_flags(p)
     p.add_argument(
+        "--engine",
+        choices=("vllm", "sglang", "tgi", "trtllm"),
+        help="the engine, run as a child process, that serves Hugging Face (safetensors) folders (default: vLLM; "
+        "a built TensorRT-LLM engine folder: trtllm); `localinfer hw` says which are installed and usable here",
+    )
+    p.add_argument(
         "--tensor-parallel-size",
         type=int,
         metavar="N",
-        help="vLLM: split the model over N GPUs (default: as many as it needs)",
+        help="an engine run as a process (vLLM...): split the model over N GPUs (default: as many as it needs)",
     )
     p.add_argument(
         "--engine-arg",
         action="append",
         default=[],
         metavar="ARG",
-        help="vLLM: an argument given to 'vllm serve' as it is; repeat it, with '=' for dashes: "
+        help="an argument given as it is to the engine run as a process ('vllm serve'...); repeat it, with '=' for "
+        "dashes: "
         "--engine-arg=--enforce-eager",
     )
     p.set_defaults(run=run)
@@ -262,6 +269,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         draft_max=args.draft_max,
         draft_min=args.draft_min,
         model=args.model,
+        engine=args.engine,
         engine_args=_engine_args(args) or None,
         allow_hosts=args.allow_host,
         cors_origins=args.cors_origin,

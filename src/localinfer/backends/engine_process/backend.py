@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from localinfer.backends.base import Backend, Capabilities, LoadSpec, ModelFacts, SlotUsage
 from localinfer.backends.engine_process.completions import completion_body, error_for, sse_data, token_chunks
-from localinfer.backends.engine_process.facts import flag_value, model_facts
+from localinfer.backends.engine_process.facts import flag_value, model_facts, renamed_flag
 from localinfer.backends.engine_process.launcher import EngineProcess
 from localinfer.backends.engine_process.proxy import EngineProxy
 from localinfer.backends.engine_process.recipe import Recipe
@@ -28,6 +28,7 @@ from localinfer.types import GenerationRequest, TokenStream
 
 READY_TIMEOUT = 1200.0  # seconds: a large model, read from disk and compiled, can take many minutes
 JSON_HEADERS = [("content-type", "application/json")]
+TENSOR_PARALLEL = "--tensor-parallel-size"  # as serve's flag, and the engine_args setting, write it
 
 
 class EngineProcessBackend(Backend):
@@ -77,8 +78,9 @@ class EngineProcessBackend(Backend):
             raise ModelLoadError("this backend already has a model loaded", hint="unload it first")
         recipe = self.recipe
         folder = spec.path.parent if spec.path.name == HF_CONFIG else spec.path  # a manifest's path is its config
-        extra = [*recipe.model_args(folder), *spec.extra_args]
         flags = recipe.flags
+        # serve's --tensor-parallel-size arrives in vLLM's spelling: each engine gets its own flag for it
+        extra = [*recipe.model_args(folder), *renamed_flag(spec.extra_args, TENSOR_PARALLEL, flags.tensor_parallel)]
         if spec.ctx_size > 0 and flags.max_model_len and flag_value(extra, flags.max_model_len) is None:
             extra += [flags.max_model_len, str(spec.ctx_size)]
         if spec.tensor_parallel > 1 and flags.tensor_parallel and flag_value(extra, flags.tensor_parallel) is None:
@@ -115,7 +117,7 @@ class EngineProcessBackend(Backend):
         if self._proxy is None:
             raise ModelNotReady("the model is not loaded yet", hint="retry when GET /health answers 200")
         self.recipe.refuse_unhonoured(request.options)
-        body = json.dumps(completion_body(self._model_id, request)).encode()
+        body = json.dumps(completion_body(self._model_id, request, top_k_off=self.recipe.top_k_off)).encode()
         answer = await self._proxy.forward("POST", "/v1/completions", JSON_HEADERS, body)
         try:
             if answer.status != 200:

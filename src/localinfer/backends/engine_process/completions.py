@@ -11,7 +11,7 @@ from localinfer.errors import GenerationFailed, InvalidRequest, LocalInferError,
 from localinfer.types import FinishReason, GenerationRequest, Timings, TokenChunk, Usage
 
 
-def completion_body(model: str, request: GenerationRequest) -> dict[str, Any]:
+def completion_body(model: str, request: GenerationRequest, *, top_k_off: int = -1) -> dict[str, Any]:
     """The streamed completion request for ``request``, in OpenAI's and vLLM's parameter names (SGLang, TGI and
     TensorRT-LLM take the same names, and ignore those they do not know: ``Recipe.refuse_unhonoured`` refuses
     those first).
@@ -28,7 +28,7 @@ def completion_body(model: str, request: GenerationRequest) -> dict[str, Any]:
         "max_tokens": options.max_tokens,
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
-        "top_k": sampling.top_k if sampling.top_k > 0 else -1,
+        "top_k": sampling.top_k if sampling.top_k > 0 else top_k_off,
         "min_p": sampling.min_p,
         "repetition_penalty": sampling.repeat_penalty,
         "presence_penalty": sampling.presence_penalty,

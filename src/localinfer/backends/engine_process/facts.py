@@ -61,6 +61,13 @@ def flag_value(args: Sequence[str], flag: str) -> str | None:
     return value
 
 
+def renamed_flag(args: Sequence[str], flag: str, to: str | None) -> list[str]:
+    """``args`` with ``flag`` (``--flag V`` or ``--flag=V``) written as ``to``; as they are when ``to`` is None."""
+    if to is None or to == flag:
+        return list(args)
+    return [to if a == flag else to + a[len(flag) :] if a.startswith(flag + "=") else a for a in args]
+
+
 def _max_seqs(recipe: Recipe, extra_args: Sequence[str]) -> int:
     flag = recipe.flags.max_seqs
     return (positive(flag_value(extra_args, flag)) if flag else None) or recipe.default_max_seqs

@@ -78,10 +78,7 @@ class Recipe:
     default_max_seqs: int = 256
     failures: tuple[Failure, ...] = ()
     honours: frozenset[str] = frozenset()  # SAMPLING_FIELDS, "seed", "stop", "max_tokens", "ignore_eos", "json"
-    package: str | None = None  # the Python module it runs from (found without importing it)
-    executable: str | None = None  # else the program looked up on PATH
-    install: str = ""  # how to get it, for `localinfer hw` and errors
-    min_compute_capability: tuple[int, int] = (7, 0)
+    top_k_off: int = -1  # the top_k that turns top-k sampling off in its completion request
 
     def launch(self, model: str, *, served_name: str = "", extra: Sequence[str] = ()) -> LaunchFor:
         """What to run for ``model`` (a folder or repo id) under ``served_name``, with ``extra`` arguments last."""

@@ -29,7 +29,4 @@ VLLM = Recipe(
         Failure(r"No CUDA GPUs are available|Failed to infer device type", "vLLM found no GPU it can use"),
     ),
     honours=frozenset({*SAMPLING_FIELDS, "seed", "stop", "max_tokens", "ignore_eos", "json"}),
-    package="vllm",
-    install="pip install 'localinfer[vllm]' (Linux, an NVIDIA GPU of compute capability 7.0 or more)",
-    min_compute_capability=(7, 0),
 )
