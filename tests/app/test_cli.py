@@ -75,6 +75,36 @@ def test_a_bad_setting_in_the_environment_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_model_dirs_in_the_environment_are_separated_as_path_is(tmp_path: Path, make_gguf: MakeGGUF) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    make_gguf("one.gguf").rename(first / "one.gguf")
+    make_gguf("two.gguf").rename(second / "two.gguf")
+    dirs = os.pathsep.join([str(first), str(second)])
+    result = subprocess.run(
+        [sys.executable, "-m", "localinfer.app.cli", "ls", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LOCALINFER_HOME": str(tmp_path / "home"), "LOCALINFER_MODEL_DIRS": dirs},
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert {"one", "two"} <= {m["name"] for m in json.loads(result.stdout)}
+
+
+def test_a_table_setting_that_is_not_json_in_the_environment_is_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "localinfer.app.cli", "ls"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LOCALINFER_HOME": str(tmp_path), "LOCALINFER_CHAT_TEMPLATE_KWARGS": "enable_thinking"},
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("localinfer: invalid setting") and "chat_template_kwargs" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_settings_come_from_the_toml_file_and_the_environment_wins_over_it(tmp_path: Path, make_gguf: MakeGGUF) -> None:
     model = make_gguf("tiny.gguf")
     config = tmp_path / "config.toml"

@@ -86,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.run = tui.run
     debug = os.environ.get("LOCALINFER_DEBUG") == "1"
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from localinfer.config import Settings
 
@@ -114,6 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = ".".join(str(p) for p in first["loc"])
         print(f"localinfer: invalid setting {where}: {first['msg']}", file=sys.stderr)
         print("hint: check LOCALINFER_* environment variables and the config file", file=sys.stderr)
+        return 2
+    except SettingsError as exc:  # a value the environment gives as JSON that is not JSON
+        if debug:
+            raise
+        print(f"localinfer: invalid setting: {exc}", file=sys.stderr)
+        print("hint: a list or table in a LOCALINFER_* variable is written as JSON", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
