@@ -359,9 +359,10 @@ class Engine:
         return self._scheduler.unload_when_idle(runner.name if runner else self._models.resolve(model).name)
 
     async def relay(self, model: str) -> Relay | None:
-        """The proxy to the engine process serving ``model`` when its backend is one (vLLM), whose OpenAI routes a
-        server relays as they are; it is loaded first. None for a model served in this process, or a name that
-        is not a model (the caller's own routes answer those). Raises ModelLoadError when it fails to load."""
+        """The proxy to the engine process serving ``model`` when its backend is one (vLLM...), whose OpenAI routes
+        a server relays as they are, each answer counted in ``metrics``; it is loaded first. None for a model
+        served in this process, or a name that is not a model (the caller's own routes answer those). Raises
+        ModelLoadError when it fails to load."""
         runner = self._scheduler.get(model)
         if runner is None:
             try:
@@ -372,7 +373,9 @@ class Engine:
                 return None
         elif runner.manifest.format not in RELAYED_FORMATS:
             return None
-        return (await self.runner(model)).backend.relay
+        runner = await self.runner(model)
+        relay = runner.backend.relay
+        return self.metrics.metered(runner.manifest.name, relay) if relay is not None else None
 
     def health(self) -> Health:
         """``loading`` while a model loads, else ``ready`` (models load on demand: none loaded is ready too)."""

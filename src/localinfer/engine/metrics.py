@@ -5,6 +5,9 @@ between tokens (histograms); and, read from the backends when scraped, requests 
 Each engine has its own registry, so two engines (two tests) never share counts. The server renders it; nothing
 here knows HTTP, except the route a request came by, which the server names with ``set_route``.
 
+Requests a server relays to an engine process (vLLM, SGLang, TGI, TensorRT-LLM) as they are are counted the same way,
+read from the answers as they pass (``observe_relayed``, relay_metrics.py): the route is the relayed path.
+
 Beside these ``localinfer_*`` series, ``render`` writes llama-server's own (``llamacpp:prompt_tokens_total``...,
 llama_metrics.py), so a Grafana dashboard made for llama-server works on localinfer's ``/metrics`` unchanged.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import aclosing
 from contextvars import ContextVar
 from typing import Final
@@ -22,8 +25,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from localinfer.backends.base import DecodeStats, SlotUsage
+from localinfer.backends.base import DecodeStats, Relay, RelayedAnswer, SlotUsage
 from localinfer.engine.llama_metrics import LlamaServerSeries
+from localinfer.engine.relay_metrics import RelayedReading
 from localinfer.errors import InvalidRequest
 from localinfer.types import TokenStream
 
@@ -154,6 +158,76 @@ class EngineMetrics:
             raise
         finally:
             self._requests.labels(model, route, outcome).inc()
+
+    def metered(self, model: str, relay: Relay) -> Relay:
+        """``relay`` (an engine process's), each answer it returns counted for ``model`` as ``observe`` counts
+        a stream: outcome by route, tokens from the usage the engine reports, time to the first token."""
+        return _MeteredRelay(self, model, relay)
+
+    async def observe_relayed(
+        self, model: str, route: str, answer: RelayedAnswer, *, started: float
+    ) -> AsyncIterator[bytes]:
+        """``answer``'s body as it comes, unchanged, counted for ``model`` under ``route`` (the relayed path).
+        Outcomes as ``observe``'s; an answer cut short by the engine (its process gone) is ``error``."""
+        content_type = next((v for k, v in answer.headers if k.lower() == "content-type"), "")
+        reading = RelayedReading(answer.status, content_type.startswith("text/event-stream"))
+        try:
+            async for chunk in answer.body:
+                if reading.feed(chunk):
+                    self._ttft.labels(model).observe(time.perf_counter() - started)
+                yield chunk
+            reading.end()
+        except (GeneratorExit, asyncio.CancelledError):
+            reading.outcome = reading.outcome or "cancelled"
+            raise
+        except Exception:
+            reading.outcome = "error"
+            raise
+        finally:
+            self._requests.labels(model, route, reading.outcome or "error").inc()
+            if reading.usage is not None:
+                self._prompt.labels(model).inc(reading.usage.prompt_tokens)
+                self._cached.labels(model).inc(reading.usage.cached_tokens)
+                self._generated.labels(model).inc(reading.usage.completion_tokens)
+                self._llama.count_request(model, reading.usage, None)
+
+
+class _MeteredRelay:
+    """A relay whose answers are counted (``EngineMetrics.metered``)."""
+
+    def __init__(self, metrics: EngineMetrics, model: str, relay: Relay) -> None:
+        self._metrics, self._model, self._relay = metrics, model, relay
+
+    async def forward(
+        self, method: str, path: str, headers: Iterable[tuple[str, str]], body: bytes, query: str = ""
+    ) -> RelayedAnswer:
+        started = time.perf_counter()
+        answer = await self._relay.forward(method, path, headers, body, query)
+        counted = self._metrics.observe_relayed(self._model, path, answer, started=started)
+        return _CountedAnswer(answer, counted)
+
+
+class _CountedAnswer:
+    def __init__(self, answer: RelayedAnswer, body: AsyncIterator[bytes]) -> None:
+        self._answer, self._body = answer, body
+
+    @property
+    def status(self) -> int:
+        return self._answer.status
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        return self._answer.headers
+
+    @property
+    def body(self) -> AsyncIterator[bytes]:
+        return self._body
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._body, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await self._answer.aclose()
 
 
 class _SlotCollector(Collector):

@@ -23,6 +23,7 @@ from localinfer.backends.registry import DEFAULT_BACKENDS
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.models.store import ModelStore, hf_manifest
+from tests.app.server.test_llamacpp_routes import metric
 from tests.backends.engine_process.conftest import group_members, serving_app, standin_env
 from tests.backends.engine_process.standins import install_standin
 from tests.hf_folder import write_hf_folder
@@ -186,3 +187,42 @@ def test_serving_a_folder_model_on_a_machine_without_vllm_fails_in_one_line(tmp_
     assert lines[0].startswith("localinfer: tiny-hf needs vLLM"), done.stderr
     assert "Traceback" not in done.stderr
     assert any("convert the model to ONNX" in line for line in lines)
+
+
+@pytest.mark.model
+def test_relayed_requests_are_counted_in_metrics_by_route_outcome_and_the_engines_usage(
+    smollm2_gguf: Path, tmp_path: Path
+) -> None:
+    env = standin_env(tmp_path, **install_standin("vllm", tmp_path), STANDIN_GGUF=str(smollm2_gguf))
+    backend = VllmBackend(log_dir=tmp_path, env=env, stop_grace=5)
+    with serving_app(create_app(served_engine(tmp_path, backend, []))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        stream = client.completions.create(
+            model=NAME,
+            prompt="Once upon a time",
+            max_tokens=6,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+        streamed_usage = [c.usage for c in stream if c.usage][-1]
+        messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
+        chat = client.chat.completions.create(model=NAME, messages=messages, max_tokens=4, temperature=0)
+        refused = httpx.post(f"{url}/v1/completions", json={"model": NAME, "prompt": "Hi", "max_tokens": -1})
+        metrics = httpx.get(f"{url}/metrics").text
+    assert refused.status_code == 400
+    assert streamed_usage.completion_tokens == 6
+    assert chat.usage is not None and chat.choices[0].finish_reason in ("stop", "length")
+    requests = "localinfer_requests_total"
+    assert metric(metrics, requests, model=NAME, route="/v1/completions", outcome="length") == 1
+    assert (
+        metric(metrics, requests, model=NAME, route="/v1/chat/completions", outcome=chat.choices[0].finish_reason) == 1
+    )
+    assert metric(metrics, requests, model=NAME, route="/v1/completions", outcome="invalid_request") == 1
+    generated = streamed_usage.completion_tokens + chat.usage.completion_tokens
+    assert metric(metrics, "localinfer_generated_tokens_total", model=NAME) == generated
+    prompt = streamed_usage.prompt_tokens + chat.usage.prompt_tokens
+    assert metric(metrics, "localinfer_prompt_tokens_total", model=NAME) == prompt
+    # the first token's time is seen in a stream only: a whole JSON answer comes at once
+    assert metric(metrics, "localinfer_time_to_first_token_seconds_count", model=NAME) == 1
