@@ -3,15 +3,15 @@ process's CPU and two workers, compared with the same model run locally."""
 
 from __future__ import annotations
 
+import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -19,6 +19,7 @@ from localinfer.backends.llamacpp.layer_split import assign, describe, parse_ten
 from localinfer.backends.llamacpp.rpc_wire import RpcWorkerError, exposure, parse_endpoints, probe
 from localinfer.errors import ConfigError
 from localinfer.models.store import Manifest
+from tests.app.commands.rpc_workers import cli, start_worker, stop_worker
 from tests.app.server.conftest import Server, free_port, serving
 
 pytestmark = pytest.mark.model
@@ -27,43 +28,16 @@ PROMPT = [{"role": "user", "content": "Name three colours of the rainbow."}]
 SMOLLM2_LAYERS = 30
 
 
-def _cli(*args: str, home: Path) -> list[str]:
-    return [sys.executable, "-m", "localinfer.app.cli", "--home", str(home), *args]
-
-
-def _start_worker(home: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """A ``localinfer rpc`` on a free port, once that port takes connections."""
-    port = free_port()
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            _cli("rpc", "--port", str(port), "--threads", "1", home=home), stdout=out, stderr=subprocess.STDOUT
-        )
-    while True:  # until it listens (or dies)
-        if process.poll() is not None:
-            raise RuntimeError(f"worker exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process, port
-        except OSError:
-            with suppress(subprocess.TimeoutExpired):  # waits on the worker itself: ends early if it dies
-                process.wait(timeout=0.1)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> int:
-    process.send_signal(signal.SIGTERM)
-    return process.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
     folder = tmp_path_factory.mktemp("rpc-workers")
-    started = [_start_worker(folder, folder / f"worker-{i}.log") for i in range(2)]
+    started = [start_worker(folder, folder / f"worker-{i}.log") for i in range(2)]
     try:
         yield [port for _, port in started]
     finally:
         for process, _ in started:
             if process.poll() is None:
-                _stop(process)
+                stop_worker(process)
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +81,35 @@ def test_the_load_log_says_which_layers_went_to_which_worker(
     assert f"127.0.0.1:{workers[0]}" in line and f"127.0.0.1:{workers[1]}" in line
 
 
+def test_ps_shows_the_devices_a_split_model_spans_and_what_each_holds(
+    split_server: Server, smollm2: Manifest, workers: list[int], tmp_path: Path
+) -> None:
+    _greedy(split_server, smollm2.name)  # loaded
+    done = subprocess.run(
+        cli("ps", "--json", "--url", split_server.url, home=tmp_path), capture_output=True, text=True, timeout=60
+    )
+    devices = json.loads(done.stdout)[0]["devices"]
+    assert [(d["name"], d["where"]) for d in devices] == [
+        ("CPU", "local"),
+        ("RPC0", f"127.0.0.1:{workers[0]}"),
+        ("RPC1", f"127.0.0.1:{workers[1]}"),
+    ]
+    assert all(d["size_bytes"] > 0 for d in devices)
+    table = subprocess.run(cli("ps", "--url", split_server.url, home=tmp_path), capture_output=True, text=True)
+    assert table.stdout.splitlines()[0].endswith("DEVICES")
+    assert f"RPC1 (127.0.0.1:{workers[1]}) " in table.stdout
+
+
+def test_health_lists_the_workers_a_loaded_model_is_on(
+    split_server: Server, smollm2: Manifest, workers: list[int]
+) -> None:
+    _greedy(split_server, smollm2.name)  # loaded
+    health = httpx.get(f"{split_server.url}/health", timeout=30).json()
+    assert health["rpc_workers"] == [
+        {"endpoint": f"127.0.0.1:{port}", "state": "ok", "models": [smollm2.name]} for port in workers
+    ]
+
+
 def test_an_unreachable_worker_is_one_line_naming_it(smollm2: Manifest, test_home: Path, tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "LOCALINFER_HOME": str(test_home), "LOCALINFER_CONFIG": str(tmp_path / "none.toml")}
@@ -125,16 +128,16 @@ def test_an_unreachable_worker_is_one_line_naming_it(smollm2: Manifest, test_hom
 
 
 def test_listening_on_every_address_is_refused_without_the_flag(tmp_path: Path) -> None:
-    done = subprocess.run(_cli("rpc", "--host", "0.0.0.0", home=tmp_path), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(cli("rpc", "--host", "0.0.0.0", home=tmp_path), capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.startswith("localinfer: refusing to listen on every address (0.0.0.0)")
     assert "--i-know-this-is-unauthenticated" in done.stderr
 
 
 def test_sigterm_stops_a_worker_with_exit_0(tmp_path: Path) -> None:
-    process, port = _start_worker(tmp_path, tmp_path / "worker.log")
+    process, port = start_worker(tmp_path, tmp_path / "worker.log")
     assert probe(f"127.0.0.1:{port}")[0] >= 1  # it speaks the protocol
-    assert _stop(process) == 0
+    assert stop_worker(process) == 0
     assert "Traceback" not in (tmp_path / "worker.log").read_text()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from localinfer.models.store import Manifest
-from tests.app.commands.rpc_workers import start_worker, stop_worker
+from tests.app.commands.rpc_workers import FreezableLink, start_worker, stop_worker
 from tests.app.server.conftest import Server, start_server, stop_server
 
 pytestmark = pytest.mark.model
@@ -46,6 +46,26 @@ def _data(line: str) -> Any:
     return payload if payload == "[DONE]" else json.loads(payload)
 
 
+def _stream_cut(server: Server, model: str, cut: Callable[[], None]) -> list[Any]:
+    """Stream a long greedy reply, ``cut`` a worker off after its first chunk, and return the stream's data after
+    that. A read that waits longer than ERROR_EVENT_WITHIN fails: the stream hung."""
+    body = {"model": model, "messages": LONG, "stream": True, "temperature": 0, "max_tokens": 900}
+    events: list[Any] = []
+    first = True
+    timeout = httpx.Timeout(ERROR_EVENT_WITHIN, connect=10)
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=timeout) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            if first:
+                cut()
+                first = False
+                continue
+            events.append(_data(line))
+    return events
+
+
 @pytest.fixture(scope="module")
 def lost(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lost]:
     folder = tmp_path_factory.mktemp("rpc-lost")
@@ -65,20 +85,12 @@ def lost(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFa
         timeout=600,
     )
     try:
-        body = {"model": smollm2.name, "messages": LONG, "stream": True, "temperature": 0, "max_tokens": 900}
-        events: list[Any] = []
-        # a read that waits longer than ERROR_EVENT_WITHIN fails the fixture: the stream hung
-        timeout = httpx.Timeout(ERROR_EVENT_WITHIN, connect=10)
-        with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=timeout) as response:
-            assert response.status_code == 200
-            for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                if workers[1].returncode is None:  # the first chunk: kill the second worker now
-                    workers[1].send_signal(signal.SIGKILL)
-                    workers[1].wait()
-                    continue
-                events.append(_data(line))
+
+        def kill() -> None:
+            workers[1].send_signal(signal.SIGKILL)
+            workers[1].wait()
+
+        events = _stream_cut(server, smollm2.name, kill)
         yield Lost(server, smollm2.name, endpoints[1], endpoints[0], events, folder, workers)
     finally:
         stop_server(server)
@@ -141,3 +153,26 @@ def test_the_split_model_serves_again_once_the_worker_returns(lost: Lost) -> Non
     assert reply.json()["choices"][0]["message"]["content"]
     states = {w["endpoint"]: w["state"] for w in httpx.get(f"{lost.server.url}/health").json()["rpc_workers"]}
     assert states == {lost.kept: "ok", lost.killed: "ok"}
+
+
+def test_a_worker_cut_off_mid_stream_ends_the_stream_with_an_error_event_naming_it(
+    smollm2: Manifest, test_home: Path, tmp_path: Path
+) -> None:
+    """A worker that stops answering without closing its connection (a cable pulled, a machine frozen): llama.cpp
+    would wait on it for ever; the workers are checked once the stream stalls, and the one that takes no connection
+    is named."""
+    started = [start_worker(tmp_path, tmp_path / f"worker-{i}.log") for i in range(2)]
+    link = FreezableLink(started[1][1])
+    cut_off = f"127.0.0.1:{link.port}"
+    rpc = f"127.0.0.1:{started[0][1]},{cut_off}"
+    server = start_server(smollm2.name, test_home, tmp_path, "--ctx-size", "1024", "--rpc", rpc, timeout=600)
+    try:
+        events = _stream_cut(server, smollm2.name, link.freeze)
+    finally:
+        stop_server(server)
+        link.close()
+        for process, _ in started:
+            stop_worker(process)
+    assert events[-1] == "[DONE]"
+    assert events[-2]["error"]["code"] == "rpc_worker_lost"
+    assert cut_off in events[-2]["error"]["message"]

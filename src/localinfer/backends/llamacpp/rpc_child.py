@@ -156,6 +156,14 @@ class RpcChildBackend(Backend):
             raise
         self._process, self._proxy = process, proxy
         self._facts = self._facts_from(status)
+        placed = next((line for line in reversed(process.log_tail(200).splitlines()) if ": layers " in line), "")
+        log.info(
+            "%s: %s (in a child localinfer serve, pid %s, log %s)",
+            spec.name,
+            "layers " + placed.partition(": layers ")[2] if placed else "placed by llama.cpp",
+            process.pid,
+            process.log_path,
+        )
         self._lost.clear()
 
     def _check_workers(self) -> None:
