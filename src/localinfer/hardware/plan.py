@@ -21,6 +21,7 @@ from localinfer.errors import LocalInferError
 from localinfer.hardware.backends import ENGINE_INSTALLS, ENGINE_NAMES, EngineInstall
 from localinfer.hardware.model_profile import ModelProfile
 from localinfer.hardware.profile import GiB, GPUInfo, HardwareProfile
+from localinfer.hardware.rpc_devices import Placed, RemoteDevice, Target, split_layers
 from localinfer.types import DEFAULT_KV_CACHE_TYPE, kv_cache_scale
 
 MiB = 1 << 20
@@ -58,6 +59,8 @@ class Overrides:
     cache_type_v: str | None = None
     flash_attn: str = "auto"  # "off": plain attention, which cannot read a quantized value cache
     rpc_workers: int = 0  # llama.cpp RPC workers (serve --rpc) whose devices take offloaded layers
+    rpc_devices: tuple[RemoteDevice, ...] = ()  # their devices with the memory they offer, when asked (hw --plan)
+    tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, workers first; (): by memory
     engine: str | None = None  # the engine for Hugging Face folders (vllm, sglang, tgi, trtllm); None: vLLM
 
 
@@ -77,6 +80,7 @@ class Plan:
     tensor_parallel: int = 0  # GPUs an engine run as a process splits the model over (its own flag); 0: one
     cache_type_k: str = DEFAULT_KV_CACHE_TYPE  # llama.cpp's KV cache element types
     cache_type_v: str = DEFAULT_KV_CACHE_TYPE
+    split: tuple[Placed, ...] = ()  # where the offloaded layers go, when RPC workers' devices were counted
 
 
 def _gb(n: int) -> str:
@@ -136,10 +140,26 @@ def _ram_budget(hw: HardwareProfile) -> int:
     return max(0, available - max(GiB, available // 10))
 
 
+def _gpu_free(gpu: GPUInfo) -> int:
+    return gpu.memory_free if gpu.memory_free is not None else int(gpu.memory_total * 0.9)
+
+
+def _gpu_name(gpu: GPUInfo) -> str:
+    """The name llama.cpp gives ``gpu`` in its logs (CUDA0, ROCm0, Vulkan0, MTL0)."""
+    prefix = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "MTL"}.get(gpu.api, gpu.api.upper())
+    return f"{prefix}{gpu.index}"
+
+
+def _remote_budget(device: RemoteDevice) -> int:
+    """What layers may take of an RPC worker's device: what it reports free less a twentieth and the compute
+    reserve (a worker's CPU reports all its RAM as free)."""
+    return max(0, device.free - device.total // 20 - CPU_COMPUTE_RESERVE)
+
+
 def _gpu_budget(gpu: GPUInfo, hw: HardwareProfile) -> int:
     """What llama.cpp may put on ``gpu``: its free memory (the shared RAM for unified memory) less a margin and the
     compute reserve."""
-    free = gpu.memory_free if gpu.memory_free is not None else int(gpu.memory_total * 0.9)
+    free = _gpu_free(gpu)
     if gpu.unified_memory:
         free = min(free, hw.memory.available)
     margin = max(512 * MiB, gpu.memory_total // 20)
@@ -154,6 +174,7 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
     gpu_room = sum(_gpu_budget(g, hw) for g in gpus)
     ram = _ram_budget(hw)
     room = ram if unified else ram + gpu_room  # unified memory is the same RAM: count it once
+    room += sum(_remote_budget(d) for d in overrides.rpc_devices)  # the workers' memory, where it was asked
     type_k, type_v, why_kv = _kv_cache_types(model, overrides, ctx, room)
     reasons.append(why_kv)
     kv_scale = kv_cache_scale(type_k, type_v)
@@ -179,7 +200,16 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
 
     layers_total = (model.n_layers or 0) + 1  # llama.cpp counts the output layer as one more
     gpu_layers, device = 0, "cpu"
-    if overrides.rpc_workers and overrides.gpu_layers != 0:
+    split: tuple[Placed, ...] = ()
+    per_layer = model.layer_bytes + int(model.kv_bytes_per_token_per_layer * kv_scale) * ctx * slots
+    if overrides.rpc_devices and overrides.gpu_layers != 0:
+        targets = [Target(d.name, d.endpoint, d.free, _remote_budget(d)) for d in overrides.rpc_devices]
+        targets += [Target(_gpu_name(g), g.name, _gpu_free(g), _gpu_budget(g, hw)) for g in gpus]
+        cut = split_layers(targets, model.n_layers or 0, per_layer, overrides.gpu_layers, overrides.tensor_split)
+        gpu_layers, split, fits = cut.layers, cut.placed, fits and cut.fits
+        device = "rpc" + (f"+{_devices(gpus)}" if gpus else "")
+        reasons.extend(cut.reasons)
+    elif overrides.rpc_workers and overrides.gpu_layers != 0:
         gpu_layers, device, why = _rpc_layers(overrides, gpus, layers_total)
         reasons.append(why)
     elif overrides.gpu_layers is not None and overrides.gpu_layers != 0 and not gpus:
@@ -195,7 +225,6 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
     elif not gpus:
         reasons.append("this build of llama.cpp cannot reach the GPU found (no CUDA, ROCm, Metal or Vulkan)")
     else:
-        per_layer = model.layer_bytes + int(model.kv_bytes_per_token_per_layer * kv_scale) * ctx * slots
         gpu_layers = min(layers_total, gpu_room // max(per_layer, 1))
         device = _devices(gpus) if gpu_layers else "cpu"
         where = f"{len(gpus)} GPUs" if len(gpus) > 1 else gpus[0].name
@@ -222,6 +251,7 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
         reasons=tuple(reasons),
         cache_type_k=type_k,
         cache_type_v=type_v,
+        split=split,
     )
 
 

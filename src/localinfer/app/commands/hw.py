@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.render import row, section
 from localinfer.app.commands.rpc import paste_line
-from localinfer.backends.llamacpp.rpc_wire import parse_endpoints
+from localinfer.backends.llamacpp.rpc_wire import parse_endpoints, remote_devices
 from localinfer.errors import ConfigError
+from localinfer.hardware.layer_split import parse_tensor_split
 from localinfer.hardware.model_profile import from_gguf, from_path, with_draft
 from localinfer.hardware.plan import BACKENDS, Overrides, plan
 from localinfer.hardware.profile import GiB
@@ -53,7 +54,17 @@ def add_parser(subparsers: Any) -> None:
     plan.add_argument("--backend", choices=BACKENDS, help="with --plan: the backend to use instead of the planned one")
     plan.add_argument("--gpu-layers", type=int, help="with --plan: layers on the GPU (-1: all)")
     plan.add_argument("--ctx", type=int, help="with --plan: the context length in tokens")
-    plan.add_argument("--rpc", metavar="HOST:PORT[,...]", help="with --plan: RPC workers taking offloaded layers")
+    plan.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,...]",
+        help="with --plan: RPC workers taking offloaded layers, each asked the memory it offers (as serve --rpc)",
+    )
+    plan.add_argument(
+        "--tensor-split",
+        "-ts",
+        metavar="N[,N...]",
+        help="with --plan: shares of the offloaded layers per device, the RPC workers first (default: by memory)",
+    )
     plan.add_argument("--parallel", type=int, help="with --plan: requests decoded together (slots)")
     plan.add_argument("--cache-type-k", "-ctk", type=_kv_type, metavar="TYPE", help="with --plan: the KV cache's keys")
     plan.add_argument(
@@ -74,10 +85,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         args.cache_type_k,
         args.cache_type_v,
         args.rpc,
+        args.tensor_split,
     )
     if args.plan is None and any(value is not None for value in planning):
         raise ConfigError(
-            "--draft, --backend, --gpu-layers, --ctx, --parallel, --cache-type-k/-v and --rpc go with --plan MODEL",
+            "--draft, --backend, --gpu-layers, --ctx, --parallel, --cache-type-k/-v, --rpc and --tensor-split go "
+            "with --plan MODEL",
             hint="add --plan MODEL",
         )
     from localinfer.hardware.detect import detect  # it probes llama.cpp and ONNX Runtime
@@ -96,6 +109,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                     hint="drop --draft, or name two GGUF models of one family",
                 )
             model = with_draft(model, draft)
+        endpoints = parse_endpoints(args.rpc or "")
         overrides = Overrides(
             backend=args.backend,
             gpu_layers=args.gpu_layers,
@@ -103,7 +117,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             parallel=args.parallel,
             cache_type_k=args.cache_type_k,
             cache_type_v=args.cache_type_v,
-            rpc_workers=len(parse_endpoints(args.rpc or "")),
+            rpc_workers=len(endpoints),
+            rpc_devices=remote_devices(endpoints),  # each worker asked now: one that does not answer is named
+            tensor_split=parse_tensor_split(args.tensor_split or ""),
             engine=settings.engine,
         )
         chosen = plan(profile, model, overrides)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,14 @@ def add_parser(subparsers: Any) -> None:
         metavar="DIR",
         help="keep the tensors received in DIR (default with no DIR: HOME/rpc-cache), so a model's weights cross "
         "the network once and later loads read them here",
+    )
+    p.add_argument(
+        "--mem",
+        "-m",
+        type=_size,
+        metavar="SIZE",
+        help="offer at most SIZE of each device's memory (512M, 8G; a bare number is MiB, as rpc-server's former "
+        "-m): the main machine shares the layers by what each worker offers",
     )
     p.add_argument(
         UNSAFE_FLAG,
@@ -109,6 +118,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.backends.llamacpp.model import default_threads
 
     lent = _chosen_devices(rpc.devices(), args.device)
+    if args.mem is not None:
+        from localinfer.backends.llamacpp.memory_cap import cap_reported_memory
+
+        for device in lent:
+            cap_reported_memory(device.handle, args.mem)
+        lent = [replace(d, free=min(d.free, args.mem), total=min(d.total, args.mem)) for d in lent]
     cache = _cache_dir(args.cache, settings)
     threads = args.threads or default_threads()
     endpoint = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
@@ -158,6 +173,23 @@ def _flush_c_streams() -> None:
 
     with suppress(OSError, AttributeError):
         ctypes.CDLL(None).fflush(None)  # what llama.cpp printed to a pipe
+
+
+def _size(text: str) -> int:
+    """``512M``, ``8G``, ``1.5G`` or a number of MiB, in bytes."""
+    import argparse
+
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    cleaned = text.strip().lower().removesuffix("ib").removesuffix("b")
+    scale = units.get(cleaned[-1:], 0)
+    number = cleaned[:-1] if scale else cleaned
+    try:
+        value = int(float(number) * (scale or units["m"]))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 8G, got {text!r}")
+    return value
 
 
 def _check_free(host: str, port: int) -> None:
