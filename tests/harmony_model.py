@@ -1,16 +1,16 @@
 """SmolLM2 made a harmony model (gpt-oss's format): the harmony test model, derived once into the test home.
 
-This copies SmolLM2's GGUF (every tensor byte for byte) with seven of its unused control tokens renamed to
-harmony's (``<|start|>``, ``<|channel|>``, ``<|message|>``, ``<|end|>``, ``<|return|>``, ``<|call|>``,
-``<|constrain|>``), kept control tokens as gpt-oss has them, and a chat template in gpt-oss's layout: a system
-message that says ``Reasoning: <reasoning_effort>`` (medium unless the template is told), the system turn and the
-tools as a developer message, earlier answers on the final channel, an earlier call on the commentary channel to
-``functions.NAME`` with the thinking before it kept when no answer came after it (as gpt-oss's template keeps it,
-read from ``thinking``), tool answers from ``functions.NAME``. Unlike gpt-oss's template, its generation prompt also
-opens the analysis channel (``<|start|>assistant<|channel|>analysis<|message|>``): SmolLM2 was never trained on the
-format and would not open it itself, so it thinks on until the request's budget writes
-``<|end|><|start|>assistant<|channel|>final<|message|>`` for it, then answers; greedy requests make that the same
-every time. The copy is registered as ``smollm2-harmony``; its source names the original's sha256 and this
+This copies SmolLM2's GGUF (every tensor byte for byte) with seven of its control tokens renamed to harmony's
+(``<|im_start|>`` to ``<|start|>``, six unused ones to ``<|channel|>``, ``<|message|>``, ``<|end|>``,
+``<|return|>``, ``<|call|>``, ``<|constrain|>``), kept control tokens as gpt-oss has them, and a chat template in
+gpt-oss's layout: a system message that says ``Reasoning: <reasoning_effort>`` (medium unless the template is
+told), the system turn and the tools as a developer message, earlier answers on the final channel, an earlier call
+on the commentary channel to ``functions.NAME`` with the thinking before it kept when no answer came after it (as
+gpt-oss's template keeps it, read from ``thinking``), tool answers from ``functions.NAME``. Unlike gpt-oss's
+template, its generation prompt also opens the analysis channel (``<|start|>assistant<|channel|>analysis<|message|>``):
+SmolLM2 was never trained on the format and would not open it itself, so it thinks on until the request's budget
+writes ``<|end|><|start|>assistant<|channel|>final<|message|>`` for it, then answers; greedy requests make that the
+same every time. The copy is registered as ``smollm2-harmony``; its source names the original's sha256 and this
 derivation's version.
 """
 
@@ -25,9 +25,9 @@ from localinfer.models.store import Manifest, ModelStore
 from tests.derived_gguf import copy_with_keys, derived_once
 
 NAME = "smollm2-harmony"
-VERSION = 1
+VERSION = 2
 TOKENS = {  # unused control token -> harmony's
-    "<jupyter_start>": "<|start|>",
+    "<|im_start|>": "<|start|>",  # where SmolLM2 starts a turn: it writes more after it than after another
     "<jupyter_text>": "<|channel|>",
     "<jupyter_code>": "<|message|>",
     "<jupyter_output>": "<|end|>",

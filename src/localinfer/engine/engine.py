@@ -52,7 +52,7 @@ from localinfer.engine.inflight import InFlight
 from localinfer.engine.memory import RAM, MachineMemory, plan_need
 from localinfer.engine.metrics import EngineMetrics
 from localinfer.engine.profiles import model_profile, trained_context
-from localinfer.engine.reasoning import chat_reply
+from localinfer.engine.reasoning import chat_reply, honoured
 from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
 from localinfer.engine.templates import RenderedPrompt, chat_template
 from localinfer.engine.tools import required_call
@@ -572,7 +572,7 @@ class Engine:
         if tools and request.tool_choice != "auto":
             options = dataclasses.replace(options, response_format=required_call(options, tools, request.tool_choice))
         markers = runner.backend.facts.thinking
-        thinking = thinking_asked(request)
+        thinking = honoured(thinking_asked(request), markers)
         if markers is not None and thinking.enabled is not False and options.response_format.type.startswith("json"):
             held = dataclasses.replace(  # the JSON is the answer: the thinking before it stays free
                 options.response_format, after_thinking=markers, thinking_open=rendered.thinking_open

@@ -19,7 +19,7 @@ from contextlib import aclosing
 from localinfer.engine.harmony import split_harmony
 from localinfer.engine.thoughts import ThoughtCounter
 from localinfer.engine.tools import read_tool_calls
-from localinfer.types import ThinkingMarkers, TokenStream, Tool
+from localinfer.types import Thinking, ThinkingMarkers, TokenStream, Tool
 
 
 class _Part(enum.Enum):
@@ -138,6 +138,14 @@ async def opened_with(chunks: TokenStream, opening: str) -> TokenStream:
             if opening and (chunk.text or chunk.finish_reason is not None):
                 chunk, opening = dataclasses.replace(chunk, text=opening + chunk.text), ""
             yield chunk
+
+
+def honoured(thinking: Thinking, markers: ThinkingMarkers | None) -> Thinking:
+    """``thinking`` as a model of ``markers`` can honour it: gpt-oss (harmony) always thinks, so thinking turned
+    off there is as if nothing were asked (its budget still holds), as llama-server and Ollama serve it."""
+    if markers is not None and markers.harmony and thinking.enabled is False:
+        return dataclasses.replace(thinking, enabled=None)
+    return thinking
 
 
 def chat_reply(
