@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
 from localinfer.models.store import Manifest
 from tests.app.server.conftest import Server, serving
@@ -102,7 +103,7 @@ def test_the_stream_sends_thinking_and_answer_apart_and_no_piece_of_a_marker(
         temperature=0,
         stream=True,
     )
-    deltas = [chunk.choices[0].delta for chunk in stream if chunk.choices]
+    deltas = [chunk.choices[0].delta for chunk in cast("openai.Stream[ChatCompletionChunk]", stream) if chunk.choices]
     thoughts = [getattr(d, "reasoning_content", None) or "" for d in deltas]
     answers = [d.content or "" for d in deltas]
     assert ("".join(thoughts), "".join(answers)) == expected
@@ -165,7 +166,7 @@ def test_an_earlier_calls_thinking_goes_back_as_its_analysis_message_and_an_answ
     server: Server,
 ) -> None:
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    turns = [
+    turns: list[dict[str, Any]] = [
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Hello.", "reasoning_content": "Greet back."},
         {"role": "user", "content": "Weather in Paris?"},
