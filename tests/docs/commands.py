@@ -22,11 +22,17 @@ class Command:
     text: str
     args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    program: str = "localinfer"
 
 
 def commands(page: Path) -> list[Command]:
     """Every command in ``page``'s shell code blocks that runs ``localinfer`` (a ``$`` prompt, ``VAR=value``
     assignments before it and a ``\\`` continuation understood; what follows a pipe or ``&&`` is not part of it)."""
+    return [c for c in shell_commands(page) if c.program == "localinfer"]
+
+
+def shell_commands(page: Path) -> list[Command]:
+    """Every command line in ``page``'s shell code blocks, in order, whatever program it runs."""
     found = []
     for info, lines in code_blocks(page.read_text(encoding="utf-8")):
         if info.split(" ")[0].lower() not in SHELL_BLOCKS:
@@ -60,11 +66,11 @@ def _parse(line: str) -> Command | None:
     while words and _ASSIGNMENT.match(words[0]):
         name, _, value = words.pop(0).partition("=")
         env.append((name, value))
-    if not words or words[0] != "localinfer":
+    if not words:
         return None
     args = []
     for word in words[1:]:
         if word in _OPERATORS:
             break
         args.append(word)
-    return Command(text, tuple(args), tuple(env))
+    return Command(re.sub(r"\s+#[^'\"]*$", "", text), tuple(args), tuple(env), program=words[0])
