@@ -77,7 +77,8 @@ def test_a_bad_setting_in_the_environment_is_one_line(tmp_path: Path) -> None:
 
 def test_model_dirs_in_the_environment_are_separated_as_path_is(tmp_path: Path, make_gguf: MakeGGUF) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
-    first.mkdir(), second.mkdir()
+    first.mkdir()
+    second.mkdir()
     make_gguf("one.gguf").rename(first / "one.gguf")
     make_gguf("two.gguf").rename(second / "two.gguf")
     dirs = os.pathsep.join([str(first), str(second)])
