@@ -234,6 +234,15 @@ def can_pull(ref_or_name: str) -> bool:
     return ref_or_name == STARTER_MODEL or ref_or_name in carried_models() or _is_hub_ref(ref_or_name)
 
 
+def pulled_name(ref_or_name: str) -> str:
+    """The name a pull of ``ref_or_name`` registers its model under (``hf.co/org/X-GGUF:Q4_K_M`` is
+    ``org/X-GGUF:Q4_K_M``, ``Llama3.2:1B`` is ``llama3.2:1b``); a text that is no reference names itself."""
+    try:
+        return parse_ref(ref_or_name, local_files=False).default_name
+    except PullError:
+        return ref_or_name
+
+
 def _is_hub_ref(text: str) -> bool:
     try:
         return isinstance(parse_ref(text).ref, HubRef)

@@ -83,16 +83,20 @@ def test_run_of_the_starter_model_on_a_fresh_home_gets_it_first(
     assert result.stdout.strip() == expected
 
 
-def test_run_through_a_server_has_the_server_pull_a_model_it_lacks(
+def test_run_through_a_server_has_the_server_pull_a_model_it_lacks_and_asks_by_its_registered_name(
     hub: HubStandIn, smollm2: Manifest, expected: str, tmp_path: Path
 ) -> None:
     env = fresh_env(hub, tmp_path, LOCALINFER_STARTER_SOURCE=starter_file(smollm2, tmp_path))
+    typed = f"hf.co/{SMOL_REPO}"  # registered as SMOL_REPO: the answer must come from that model, not the starter
     with serving("", tmp_path / "home", tmp_path, "--ctx-size", "512", env=env) as server:
-        result = localinfer(env, *answer_args(SMOL_REPO, server.url))
+        result = localinfer(env, *answer_args(typed, server.url))
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == expected
         loaded = httpx.get(f"{server.url}/api/ps", timeout=30).json()["models"]
         assert f"{SMOL_REPO}:latest" in {m["name"] for m in loaded}  # the server pulled it and answered with it
+        again = localinfer(env, *answer_args(typed, server.url))
+        assert again.returncode == 0 and again.stdout.strip() == expected
+        assert SMOL_FILE not in again.stderr  # here now: nothing pulled the second time
     assert ModelStore(tmp_path / "home" / "models").get(SMOL_REPO) is not None
 
 

@@ -120,14 +120,18 @@ async def _run(args: argparse.Namespace, settings: Settings, request: ChatReques
 
 async def _answer_remote(remote: HttpClient, request: ChatRequest) -> None:
     """The running server's answer. A model it does not have, by a name that can be pulled, is pulled there first
-    (its progress shown here), as ``ollama run`` has its server pull."""
-    from localinfer.models.pull import can_pull
+    (its progress shown here), as ``ollama run`` has its server pull, then asked for by the name it was registered
+    under."""
+    from localinfer.models.pull import can_pull, pulled_name
 
-    if can_pull(request.model) and not await remote.has_model(request.model):
-        progress = ProgressLine(sys.stderr)
-        try:
-            async for event in remote.pull(request.model):
-                progress(event)
-        finally:
-            progress.close()
+    if can_pull(request.model):
+        name = pulled_name(request.model)
+        if not await remote.has_model(name):
+            progress = ProgressLine(sys.stderr)
+            try:
+                async for event in remote.pull(request.model):
+                    progress(event)
+            finally:
+                progress.close()
+        request = dataclasses.replace(request, model=name)
     await _answer(remote, request)
