@@ -64,6 +64,16 @@ def test_a_reply_that_writes_no_header_is_all_answer_as_written() -> None:
     assert split(['{"city": "Paris"}']) == ("", '{"city": "Paris"}')
 
 
+def test_a_reply_to_a_prompt_without_a_start_keeps_its_spaces_in_whatever_pieces_they_come() -> None:
+    # a template given in place of gpt-oss's own (--chat-template) leaves the reply outside any message
+    assert split(["Hello", " ", "there", " \n", "friend."], prefix="") == ("", "Hello there \nfriend.")
+
+
+def test_whitespace_between_messages_is_not_answer() -> None:
+    text = "<|channel|>analysis<|message|>a<|end|>\n<|start|>assistant<|channel|>final<|message|>b"
+    assert split([text[:36], text[36:38], text[38:]]) == ("a", "b")
+
+
 def test_thinking_left_in_the_answer_keeps_its_markers_as_llama_server_does() -> None:
     assert split([REPLY], separate=False) == ("", "<|channel|>analysis<|message|>User asks weather.<|end|>Sunny.")
 

@@ -134,10 +134,10 @@ class HarmonySplitter:
                 self._part, self._header, self._model_header, self._given = _Part.HEADER, Header(), model, 0
                 return True
             sure = _before_partial(held, START)
-            if sure.strip():
+            if sure.strip():  # stray text, with the whitespace held before it
                 answer.append(sure)
-            self._drop(len(sure))
-            return False
+                self._drop(len(sure))
+            return False  # whitespace is held: dropped before a <|start|>, kept before stray text
         if self._part is _Part.HEADER:
             at = held.find(MESSAGE)
             if model and not self._model_header:
