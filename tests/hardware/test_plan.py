@@ -245,3 +245,15 @@ def test_the_engine_setting_leaves_gguf_files_on_llama_cpp() -> None:
     assert plan(HARDWARE["RTX 4090 24 GB"], MODELS["Llama 3.1 8B Q4_K_M"], Overrides(engine="sglang")).backend == (
         "llamacpp"
     )
+
+
+def test_a_built_tensorrt_llm_engine_chosen_by_its_files_keeps_tensorrt_llms_gpu_rule_and_says_why() -> None:
+    hw = HARDWARE["RTX 4090 24 GB"]  # under vLLM's 40 GiB
+    hw = dataclasses.replace(hw, backends=(*hw.backends, BackendAvailability("trtllm", True, "trtllm-serve 1.0")))
+    engine = ModelProfile("llama-engine", "hf", 0, None, 131072)
+    chosen = plan(hw, engine, Overrides(engine="trtllm", engine_asked=False))
+    assert (chosen.backend, chosen.device) == ("trtllm", "cuda:0")
+    assert chosen.reasons[0] == (
+        "TensorRT-LLM on NVIDIA GeForce RTX 4090 (24.0 GiB, compute capability (8, 9)): the folder is a built "
+        "TensorRT-LLM engine, which only TensorRT-LLM runs"
+    )

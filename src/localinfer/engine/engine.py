@@ -44,6 +44,7 @@ from localinfer.backends.registry import (
     BackendFactories,
     BackendFactory,
     backend_for,
+    engine_for,
 )
 from localinfer.config import Settings
 from localinfer.engine import slot_files
@@ -172,7 +173,7 @@ class Engine:
         if self._hardware is None or manifest.format not in PLANNED_FORMATS:
             return spec
         try:
-            chosen = plan(self._hardware, self._profile(manifest), self._overrides(spec.ctx_size or None))
+            chosen = plan(self._hardware, self._profile(manifest), self._overrides(manifest, spec.ctx_size or None))
         except PlanError as exc:
             if manifest.format in RELAYED_FORMATS:  # its engine cannot run here: starting it would only fail later
                 raise ModelLoadError(exc.message, hint=exc.hint) from exc
@@ -209,8 +210,10 @@ class Engine:
             return None
         return Path(draft) if Path(draft).is_file() else self._models.resolve(draft).path
 
-    def _overrides(self, ctx_size: int | None) -> Overrides:
-        """What the settings ask of the planner, for a context of ``ctx_size`` (None: planned)."""
+    def _overrides(self, manifest: Manifest, ctx_size: int | None) -> Overrides:
+        """What the settings ask of the planner for ``manifest``, with a context of ``ctx_size`` (None: planned);
+        a Hugging Face folder is planned on the engine that will serve it (a built TensorRT-LLM engine's files
+        choose TensorRT-LLM when the engine setting names none), as the registry chooses it."""
         s = self._settings
         return Overrides(
             gpu_layers=s.gpu_layers,
@@ -221,7 +224,8 @@ class Engine:
             cache_type_v=s.cache_type_v,
             flash_attn=s.flash_attn,
             rpc_workers=len(parse_endpoints(s.rpc)),
-            engine=s.engine,
+            engine=engine_for(manifest, s.engine) if manifest.format in RELAYED_FORMATS else s.engine,
+            engine_asked=s.engine is not None,
         )
 
     def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:
@@ -229,7 +233,7 @@ class Engine:
         its file's size where there is no plan; with the draft model beside it when one drafts for it (its
         weights and KV cache in the plan, its file's size without one)."""
         if self._hardware is not None and manifest.format in PLANNED_FORMATS:
-            overrides = self._overrides((self._settings.ctx_size if ctx_size is None else ctx_size) or None)
+            overrides = self._overrides(manifest, (self._settings.ctx_size if ctx_size is None else ctx_size) or None)
             with suppress(LocalInferError):  # no plan: the files' size
                 return plan_need(plan(self._hardware, self._profile(manifest), overrides))
         draft_bytes = 0

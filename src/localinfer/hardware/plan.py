@@ -7,7 +7,8 @@ Rules (issue 6):
 - A Hugging Face (safetensors) model runs on an engine run as a child process: vLLM by default, only on Linux with
   an NVIDIA GPU of compute capability >= 8.0 and >= 40 GiB, with vllm importable; SGLang, TGI or TensorRT-LLM when
   the ``engine`` setting (``--engine``) names one, on Linux with an NVIDIA GPU of the compute capability it needs.
-  A built TensorRT-LLM engine folder runs on TensorRT-LLM (the registry knows it by its files).
+  A built TensorRT-LLM engine folder runs on TensorRT-LLM (the registry knows it by its files; its callers pass
+  that engine, ``engine_asked`` False), with TensorRT-LLM's own GPU rule, not vLLM's.
 - The KV cache is f16, or q8_0 (about half the memory, a small loss) when an f16 one a whole context long does
   not fit beside the weights; the context shrinks only when even that does not fit.
 - The user's ``--backend``, ``--gpu-layers``, ``--ctx`` and ``--cache-type-k/-v`` win over every rule.
@@ -62,6 +63,7 @@ class Overrides:
     rpc_devices: tuple[RemoteDevice, ...] = ()  # their devices with the memory they offer, when asked (hw --plan)
     tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, workers first; (): by memory
     engine: str | None = None  # the engine for Hugging Face folders (vllm, sglang, tgi, trtllm); None: vLLM
+    engine_asked: bool = True  # False: ``engine`` was chosen by the folder's files (a built TensorRT-LLM engine)
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ def plan(hw: HardwareProfile, model: ModelProfile, overrides: Overrides = Overri
             raise PlanError("ONNX Runtime runs ONNX models", hint="convert it: localinfer convert MODEL --to onnx")
         return _plan_onnx(hw, model, overrides)
     assert engine is not None  # the backends left are engines
-    return _plan_engine(hw, model, overrides, engine, asked=backend == named or overrides.backend is not None)
+    asked = (backend == named and overrides.engine_asked) or overrides.backend is not None
+    return _plan_engine(hw, model, overrides, engine, asked=asked)
 
 
 def _engine(name: str) -> EngineInstall | None:
@@ -359,6 +362,8 @@ def _plan_engine(
     on = f"{engine.title} on {gpu.name} ({_gb(gpu.memory_total)}, compute capability {gpu.compute_capability})"
     if asked:
         why = f"{on}, as asked (--engine {engine.name})"
+    elif engine.name != "vllm":  # chosen by the folder's files: a built engine runs only on the engine that built it
+        why = f"{on}: the folder is a built {engine.title} engine, which only {engine.title} runs"
     else:
         why = (
             f"{on}: a datacenter GPU serves {model.format} models fastest with vLLM, the default engine "

@@ -5,6 +5,7 @@ by each engine's own command line are in ``standins.py``."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import threading
@@ -90,6 +91,16 @@ def smollm2_gguf(smollm2: Manifest, tmp_path_factory: pytest.TempPathFactory) ->
     link = tmp_path_factory.mktemp("smollm2") / "smollm2.gguf"
     link.symlink_to(smollm2.path)
     return link
+
+
+def write_trtllm_engine(folder: Path) -> Path:
+    """A built TensorRT-LLM engine folder as ``trtllm-build`` writes one (a ``config.json`` stating the build, a
+    ``rank0.engine`` file; the engine's bytes are not read before it runs); returns ``folder``."""
+    folder.mkdir(parents=True)
+    config = {"version": "0.18.0", "pretrained_config": {"architecture": "LlamaForCausalLM"}, "build_config": {}}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "rank0.engine").write_bytes(b"\0" * 16)
+    return folder
 
 
 def localinfer_command(model: str) -> list[str]:

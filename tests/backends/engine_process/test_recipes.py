@@ -18,7 +18,7 @@ from localinfer.backends.registry import engine_for
 from localinfer.errors import InvalidRequest, ModelLoadError
 from localinfer.models.store import hf_manifest
 from localinfer.types import GenerationOptions, GenerationRequest, SamplingParams
-from tests.backends.engine_process.conftest import group_members, standin_env
+from tests.backends.engine_process.conftest import group_members, standin_env, write_trtllm_engine
 from tests.backends.engine_process.standins import install_standin
 from tests.hf_folder import write_hf_folder
 
@@ -122,11 +122,7 @@ def test_tgi_refuses_what_its_completions_route_would_drop() -> None:
 def test_a_built_tensorrt_llm_engine_folder_is_a_model_served_by_trtllm_serve_with_its_tensorrt_backend(
     tmp_path: Path,
 ) -> None:
-    engine_dir = tmp_path / "llama-engine"
-    engine_dir.mkdir()
-    config = {"version": "0.18.0", "pretrained_config": {"architecture": "LlamaForCausalLM"}, "build_config": {}}
-    (engine_dir / "config.json").write_text(json.dumps(config))
-    (engine_dir / "rank0.engine").write_bytes(b"\0" * 16)
+    engine_dir = write_trtllm_engine(tmp_path / "llama-engine")
     manifest = hf_manifest(engine_dir)
     assert is_trtllm_engine(engine_dir)
     assert engine_for(manifest, None) == "trtllm"
