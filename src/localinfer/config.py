@@ -137,6 +137,12 @@ class Settings(BaseSettings):
         description="Load GGUF models placed on RPC workers in this process instead of a child `localinfer serve` "
         "(llama.cpp then ends the whole process when a worker is lost; the child server sets it).",
     )
+    rpc_stall_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds without a token from a model on RPC workers after which the workers are checked: one "
+        "that is gone (its port closed, its host unreachable, its connection reset or silent) ends the request.",
+    )
     tensor_split: str = Field(
         "",
         description="Shares of the offloaded layers per device, comma-separated, the RPC workers first and then "
