@@ -6,7 +6,8 @@ Each engine has its own registry, so two engines (two tests) never share counts.
 here knows HTTP, except the route a request came by, which the server names with ``set_route``.
 
 Requests a server relays to an engine process (vLLM, SGLang, TGI, TensorRT-LLM) as they are are counted the same way,
-read from the answers as they pass (``observe_relayed``, relay_metrics.py): the route is the relayed path.
+read from the answers as they pass (``observe_relayed``, relay_metrics.py): the route is the one the request matched
+(``relayed_route``), never the client's own spelling of its path.
 
 Beside these ``localinfer_*`` series, ``render`` writes llama-server's own (``llamacpp:prompt_tokens_total``...,
 llama_metrics.py), so a Grafana dashboard made for llama-server works on localinfer's ``/metrics`` unchanged.
@@ -27,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from localinfer.backends.base import DecodeStats, Relay, RelayedAnswer, SlotUsage
 from localinfer.engine.llama_metrics import LlamaServerSeries
-from localinfer.engine.relay_metrics import RelayedReading
+from localinfer.engine.relay_metrics import RelayedReading, relayed_route
 from localinfer.errors import InvalidRequest
 from localinfer.types import TokenStream
 
@@ -167,15 +168,23 @@ class EngineMetrics:
     async def observe_relayed(
         self, model: str, route: str, answer: RelayedAnswer, *, started: float
     ) -> AsyncIterator[bytes]:
-        """``answer``'s body as it comes, unchanged, counted for ``model`` under ``route`` (the relayed path).
-        Outcomes as ``observe``'s; an answer cut short by the engine (its process gone) is ``error``."""
+        """``answer``'s body as it comes, unchanged, counted for ``model`` under ``route`` (``relayed_route``'s).
+        Outcomes as ``observe``'s; an answer cut short by the engine (its process gone) is ``error``. A whole
+        (not streamed) answer's last chunk is held until it is counted, so a client that has the whole answer
+        finds it in ``/metrics`` (a stream's end comes after its last chunk, once it is counted)."""
         content_type = next((v for k, v in answer.headers if k.lower() == "content-type"), "")
         reading = RelayedReading(answer.status, content_type.startswith("text/event-stream"))
+        held = b""
         try:
             async for chunk in answer.body:
                 if reading.feed(chunk):
                     self._ttft.labels(model).observe(time.perf_counter() - started)
-                yield chunk
+                if reading.is_sse:
+                    yield chunk
+                else:
+                    if held:
+                        yield held
+                    held = chunk
             reading.end()
         except (GeneratorExit, asyncio.CancelledError):
             reading.outcome = reading.outcome or "cancelled"
@@ -190,6 +199,8 @@ class EngineMetrics:
                 self._cached.labels(model).inc(reading.usage.cached_tokens)
                 self._generated.labels(model).inc(reading.usage.completion_tokens)
                 self._llama.count_request(model, reading.usage, None)
+        if held:
+            yield held
 
 
 class _MeteredRelay:
@@ -203,7 +214,7 @@ class _MeteredRelay:
     ) -> RelayedAnswer:
         started = time.perf_counter()
         answer = await self._relay.forward(method, path, headers, body, query)
-        counted = self._metrics.observe_relayed(self._model, path, answer, started=started)
+        counted = self._metrics.observe_relayed(self._model, relayed_route(path), answer, started=started)
         return _CountedAnswer(answer, counted)
 
 

@@ -5,6 +5,14 @@ An event stream (SSE) is read event by event: the first one carrying text (a com
 ``content``, ``reasoning_content`` or tool calls) is the first token; ``finish_reason`` is the outcome; ``usage``
 (sent in a stream when the client asked ``stream_options.include_usage``, as OpenAI does) the tokens; an
 ``error`` event makes it ``error``. A JSON answer is read whole (its first MAX_JSON bytes) at its end.
+
+The Responses API (``/v1/responses``) answers in its own shape: a stream of typed events, whose first non-empty
+``response.*.delta`` (text, reasoning, a call's arguments) is the first token, and which ends with
+``response.completed`` (``stop``), ``response.incomplete`` (``length`` when ``max_output_tokens`` cut it) or
+``response.failed`` / ``error`` (``error``), the whole ``response`` with its ``usage`` (``input_tokens``,
+``output_tokens``, ``input_tokens_details.cached_tokens``); a whole answer is that ``response`` object alone.
+
+Metrics are labelled by ``relayed_route``: one of ``RELAYED_ROUTES``, never the client's own spelling of a path.
 """
 
 from __future__ import annotations
@@ -12,10 +20,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import unquote
 
 from localinfer.types import Usage
 
 MAX_JSON: Final = 8 << 20  # bytes of a JSON answer kept to read its usage; a longer one is counted without it
+RELAYED_ROUTES: Final = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"})
+OTHER_ROUTE: Final = "other"
+
+
+def relayed_route(path: str) -> str:
+    """The route a relayed request's ``path`` (as the client sent it: percent-escapes kept, maybe a query) matched,
+    as a metric label: one of ``RELAYED_ROUTES``, else ``other``, so no client's spelling makes a new series."""
+    route = unquote(path.partition("?")[0])
+    return route if route in RELAYED_ROUTES else OTHER_ROUTE
 
 
 @dataclass
@@ -66,13 +84,16 @@ class RelayedReading:
         """Take what ``payload`` (one event, or the whole JSON answer) says; True when it held the first token."""
         if not isinstance(payload, dict):
             return False
+        kind = payload.get("type")
+        if isinstance(kind, str) and (kind.startswith("response.") or kind == "error"):
+            return self._read_event(kind, payload)
+        if payload.get("object") == "response":
+            self._read_response(payload)
+            return False
         if payload.get("error"):
             self.outcome = "error"
             return False
-        usage = payload.get("usage")
-        if isinstance(usage, dict):
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-            self.usage = Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), _int(cached))
+        self._read_usage(payload.get("usage"))
         first = False
         for choice in payload.get("choices") or []:
             if not isinstance(choice, dict):
@@ -85,6 +106,43 @@ class RelayedReading:
             if reason and self.outcome != "error":
                 self.outcome = "length" if reason == "length" else "stop"
         return first
+
+    def _read_event(self, kind: str, event: dict[str, Any]) -> bool:
+        """One Responses API stream event; True when it held the first token."""
+        if kind.endswith(".delta") and event.get("delta"):
+            first = not self.first_token
+            self.first_token = True
+            return first
+        if kind in ("response.completed", "response.incomplete", "response.failed", "error"):
+            response = event.get("response")
+            if isinstance(response, dict):
+                self._read_response(response)
+            if kind == "error":
+                self.outcome = "error"
+        return False
+
+    def _read_response(self, response: dict[str, Any]) -> None:
+        """A Responses API ``response`` object: its status is the outcome, its usage the tokens."""
+        status = response.get("status")
+        if status == "failed" or response.get("error"):
+            self.outcome = "error"
+        elif status == "incomplete" and self.outcome != "error":
+            reason = (response.get("incomplete_details") or {}).get("reason")
+            self.outcome = "length" if reason == "max_output_tokens" else "stop"
+        elif status == "completed" and self.outcome != "error":
+            self.outcome = "stop"
+        self._read_usage(response.get("usage"))
+
+    def _read_usage(self, usage: Any) -> None:
+        """Chat and completions' ``prompt_tokens``/``completion_tokens``, or the Responses API's
+        ``input_tokens``/``output_tokens``, with the cached prompt tokens of either."""
+        if not isinstance(usage, dict):
+            return
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+        cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+        self.usage = Usage(_int(prompt), _int(completion), _int(cached))
 
 
 def _has_output(delta: dict[str, Any]) -> bool:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
+from prometheus_client.parser import text_string_to_metric_families
 
 from localinfer.app.server.app import create_app
 from localinfer.backends.engine_process.engines import VllmBackend
@@ -226,3 +228,49 @@ def test_relayed_requests_are_counted_in_metrics_by_route_outcome_and_the_engine
     assert metric(metrics, "localinfer_prompt_tokens_total", model=NAME) == prompt
     # the first token's time is seen in a stream only: a whole JSON answer comes at once
     assert metric(metrics, "localinfer_time_to_first_token_seconds_count", model=NAME) == 1
+
+
+def test_relayed_requests_are_counted_by_the_route_they_matched_however_the_client_spelled_it(
+    echo_server: tuple[str, VllmBackend],
+) -> None:
+    url, _ = echo_server
+    auth = {"Authorization": f"Bearer {KEY}"}
+    body = {"model": NAME, "messages": [{"role": "user", "content": "hi"}]}
+    for path in ("/v1/chat/completions", "/v1/chat/c%6fmpletions", "/v1/chat/c%6Fmpletions"):
+        answer = httpx.post(f"{url}{path}", json=body, headers=auth)
+        assert (answer.status_code, answer.json()["seen"]["path"]) == (200, path)  # relayed as sent
+    metrics = httpx.get(f"{url}/metrics", headers=auth).text
+    routes = {
+        s.labels["route"]
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+        if s.name == "localinfer_requests_total" and s.labels["model"] == NAME
+    }
+    assert routes == {"/v1/chat/completions"}
+    assert metric(metrics, "localinfer_requests_total", model=NAME, route="/v1/chat/completions", outcome="stop") == 3
+
+
+@pytest.mark.model
+def test_relayed_responses_api_answers_are_counted_with_their_outcome_first_token_and_usage(
+    smollm2_gguf: Path, tmp_path: Path
+) -> None:
+    env = standin_env(tmp_path, **install_standin("vllm", tmp_path), STANDIN_GGUF=str(smollm2_gguf))
+    backend = VllmBackend(log_dir=tmp_path, env=env, stop_grace=5)
+    with serving_app(create_app(served_engine(tmp_path, backend, []))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        whole = client.responses.create(model=NAME, input="Say hello.", max_output_tokens=4, temperature=0)
+        stream = client.responses.create(
+            model=NAME, input="Once upon a time", max_output_tokens=6, temperature=0, stream=True
+        )
+        streamed = [e.response for e in stream if e.type in ("response.completed", "response.incomplete")][-1]
+        metrics = httpx.get(f"{url}/metrics").text
+    assert whole.usage is not None and streamed.usage is not None
+    outcomes = Counter({"completed": "stop", "incomplete": "length"}[r.status or ""] for r in (whole, streamed))
+    requests = "localinfer_requests_total"
+    for outcome in ("stop", "length", "error"):
+        assert metric(metrics, requests, model=NAME, route="/v1/responses", outcome=outcome) == outcomes[outcome]
+    generated = whole.usage.output_tokens + streamed.usage.output_tokens
+    assert metric(metrics, "localinfer_generated_tokens_total", model=NAME) == generated
+    prompt = whole.usage.input_tokens + streamed.usage.input_tokens
+    assert metric(metrics, "localinfer_prompt_tokens_total", model=NAME) == prompt
+    assert metric(metrics, "localinfer_time_to_first_token_seconds_count", model=NAME) == 1  # the stream's

@@ -20,9 +20,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from localinfer.app.server.errors import openai_error
 from localinfer.app.server.limits import parse_json
 from localinfer.backends.base import Relay
+from localinfer.engine.relay_metrics import RELAYED_ROUTES
 from localinfer.errors import LocalInferError
 
-RELAYED_PATHS: Final = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"})
+RELAYED_PATHS: Final = RELAYED_ROUTES  # the routes relayed, which the relayed requests' metrics are labelled by
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 RelayFor = Callable[[str], Awaitable[Relay | None]]
