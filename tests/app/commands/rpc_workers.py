@@ -7,9 +7,11 @@ import socket
 import subprocess
 import sys
 import threading
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from localinfer.backends.llamacpp.rpc_wire import _session
 from tests.app.server.conftest import free_port
 
 
@@ -38,6 +40,14 @@ def start_worker(home: Path, log: Path, port: int | None = None) -> tuple[subpro
 def stop_worker(process: subprocess.Popen[bytes]) -> int:
     process.send_signal(signal.SIGTERM)
     return process.wait(timeout=30)
+
+
+@contextmanager
+def held(port: int) -> Iterator[None]:
+    """The worker on ``port`` serving one client, as a child server's llama.cpp holds it while its model is loaded:
+    a connection it took (the handshake answered) and keeps until the block ends."""
+    with _session(f"127.0.0.1:{port}", 30.0):
+        yield
 
 
 class FreezableLink:

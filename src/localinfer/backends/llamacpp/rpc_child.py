@@ -8,10 +8,14 @@ passed in its environment, on 127.0.0.1 with a generated key, in a process group
 and tokenized here (the vocabulary is read without the weights) and sent as token ids to the child's llama.cpp
 ``/completion``, so the child computes exactly what this process would.
 
-When the child dies in a request (EOF, or its process exits), or no piece comes for ``STALL_SECONDS`` and a worker
-no longer takes connections (a half-open connection, where the child would wait for ever; the child is then
-stopped), the workers are asked which one is gone: the request ends with RpcWorkerLost naming it. Later requests
-get RpcWorkerLost (503) while it is gone, and restart the child once every worker answers again.
+The child is given the model's file (served under the model's name with ``--alias``) and no settings but those
+``child_env`` sets: no config file, none of this process's other ``LOCALINFER_*`` variables.
+
+When the child dies in a request (its stream breaks off, or its process exits), or no piece comes for the
+``rpc_stall_timeout`` setting's seconds (5) and ``WorkerWatch`` finds a worker gone (a half-open connection, where
+the child would wait for ever; the child is then stopped), the request ends with RpcWorkerLost naming it. A worker
+that is only busy (it serves the child) is never taken for gone (``rpc_watch.py``). Later requests get
+RpcWorkerLost (503) while it is gone, and restart the child once every worker answers again.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ import functools
 import json
 import logging
 import os
-import socket
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -44,26 +47,36 @@ from localinfer.backends.engine_process.proxy import EngineProxy
 from localinfer.backends.engine_process.recipes.localinfer import LOCALINFER
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.llamacpp.model import LlamaModel
-from localinfer.backends.llamacpp.rpc_child_wire import chunks_from, completion_body, device_use, refuse_uncarried
-from localinfer.backends.llamacpp.rpc_wire import RpcWorkerError, probe, split_endpoint
+from localinfer.backends.llamacpp.rpc_child_wire import (
+    ChildStreamBroken,
+    chunks_from,
+    completion_body,
+    device_use,
+    refuse_uncarried,
+)
+from localinfer.backends.llamacpp.rpc_watch import WorkerWatch
+from localinfer.backends.llamacpp.rpc_wire import RpcWorkerError, probe
 from localinfer.backends.registry import BackendFactories, BackendFactory
 from localinfer.config import Settings
 from localinfer.errors import GenerationFailed, ModelLoadError, ModelNotReady, RpcWorkerLost
+from localinfer.models.store import is_valid_name
 from localinfer.types import GenerationRequest, TokenChunk, TokenStream
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 1200.0  # seconds: a large model's weights cross the network on its first load
-STALL_SECONDS = 5.0  # without a piece from the child this long, check that every worker still takes connections
-REACH_TIMEOUT = 2.0  # seconds a worker has to take a connection
+STALL_SECONDS = 5.0  # without a piece from the child this long, check the workers (the rpc_stall_timeout setting)
 EXIT_POLLS, EXIT_POLL_SECONDS = 40, 0.05  # how long an error waits to see whether the child is exiting
 JSON_HEADERS = [("content-type", "application/json")]
 
 
-def child_env(spec: LoadSpec, home: Path) -> dict[str, str]:
-    """The child's settings: the load ``spec`` says (as this process planned it), the model kept for good (this
-    process unloads it by stopping the child), and the model loaded in the child itself."""
+def child_env(parent: Mapping[str, str], spec: LoadSpec, home: Path) -> dict[str, str]:
+    """The child's environment: ``parent``'s without its localinfer settings, and the settings the load ``spec``
+    says (as this process planned it), the model kept for good (this process unloads it by stopping the child) and
+    loaded in the child itself; no config file."""
+    kept = {key: value for key, value in parent.items() if not key.upper().startswith("LOCALINFER_")}
     env = {
+        "CONFIG": os.devnull,
         "HOME": str(home),
         "CTX_SIZE": spec.ctx_size,
         "THREADS": spec.threads,
@@ -89,16 +102,7 @@ def child_env(spec: LoadSpec, home: Path) -> dict[str, str]:
         "DISCOVER": "false",
         "RPC_IN_PROCESS": "true",
     }
-    return {f"LOCALINFER_{key}": str(value) for key, value in env.items() if value != ""}
-
-
-def reachable(endpoint: str, timeout: float = REACH_TIMEOUT) -> bool:
-    """Whether the worker at ``endpoint`` takes a TCP connection now (one busy with its client still does)."""
-    try:
-        socket.create_connection(split_endpoint(endpoint), timeout=timeout).close()
-    except OSError:
-        return False
-    return True
+    return {**kept, **{f"LOCALINFER_{key}": str(value) for key, value in env.items() if value != ""}}
 
 
 class RpcChildBackend(Backend):
@@ -115,13 +119,23 @@ class RpcChildBackend(Backend):
         tokenize=True,
     )
 
-    def __init__(self, *, home: Path, log_dir: Path | None = None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        home: Path,
+        log_dir: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        stall_seconds: float = STALL_SECONDS,
+    ) -> None:
         self._home = home
         self._log_dir = log_dir
         self._env = dict(env) if env is not None else dict(os.environ)
+        self._stall = stall_seconds
         self._spec: LoadSpec | None = None
         self._process: EngineProcess | None = None
+        self._starting: EngineProcess | None = None  # a child started and not ready yet
         self._proxy: EngineProxy | None = None
+        self._watch: WorkerWatch | None = None
         self._vocab: LlamaModel | None = None
         self._facts: ModelFacts | None = None
         self._lost: dict[str, str] = {}  # endpoint -> why it is taken as gone
@@ -141,21 +155,35 @@ class RpcChildBackend(Backend):
             raise
 
     async def _start(self) -> None:
+        """Start the child for the loaded spec and wait until it serves. An unload meanwhile stops it (and raises
+        ModelNotReady): the child is this backend's only once its facts are read and it is still loaded."""
         spec = self._require_spec()
-        await asyncio.to_thread(self._check_workers)
-        launch = LOCALINFER.launch(spec.name)
-        process = EngineProcess(launch, log_path=self._new_log(), env={**self._env, **child_env(spec, self._home)})
-        process.start()
-        proxy = EngineProxy(process.url, process.api_key, alive=lambda: process.alive)
+        await asyncio.to_thread(self._check_workers, spec)
+        served_name = spec.name if is_valid_name(spec.name) else ""  # else the child names it by its file, as here
+        launch = LOCALINFER.launch(str(spec.path), served_name=served_name)
+        process = EngineProcess(launch, log_path=self._new_log(), env=child_env(self._env, spec, self._home))
+        watch = WorkerWatch(spec.rpc)
+        proxy: EngineProxy | None = None
+        self._starting = process
         try:
+            self._still_loaded(spec)
+            process.start()
+            proxy = EngineProxy(process.url, process.api_key, alive=lambda: process.alive)  # its port is chosen now
             await process.wait_ready(READY_TIMEOUT)
             status = await _json(proxy, "GET", "/api/localinfer/status")
+            self._still_loaded(spec)
+            facts = self._facts_from(spec, status)
+            await asyncio.to_thread(watch.hold)
+            self._still_loaded(spec)
         except BaseException:
+            watch.close()
             await process.stop()
-            await proxy.aclose()
+            if proxy is not None:
+                await proxy.aclose()
             raise
-        self._process, self._proxy = process, proxy
-        self._facts = self._facts_from(status)
+        finally:
+            self._starting = None
+        self._process, self._proxy, self._watch, self._facts = process, proxy, watch, facts
         placed = next((line for line in reversed(process.log_tail(200).splitlines()) if ": layers " in line), "")
         log.info(
             "%s: %s (in a child localinfer serve, pid %s, log %s)",
@@ -166,9 +194,13 @@ class RpcChildBackend(Backend):
         )
         self._lost.clear()
 
-    def _check_workers(self) -> None:
+    def _still_loaded(self, spec: LoadSpec) -> None:
+        if self._spec is not spec:
+            raise ModelNotReady(f"{spec.name} was unloaded while its child server started")
+
+    def _check_workers(self, spec: LoadSpec) -> None:
         """Every worker answers the handshake (none is in use: the child is not running). Raises RpcWorkerLost."""
-        for endpoint in self._require_spec().rpc:
+        for endpoint in spec.rpc:
             try:
                 probe(endpoint)
             except RpcWorkerError as exc:
@@ -176,8 +208,8 @@ class RpcChildBackend(Backend):
                 raise RpcWorkerLost(endpoint, f"{exc.message}; the model on it cannot serve until it is back") from exc
             self._lost.pop(endpoint, None)
 
-    def _facts_from(self, status: Mapping[str, Any]) -> ModelFacts:
-        spec, vocab = self._require_spec(), self._require_vocab()
+    def _facts_from(self, spec: LoadSpec, status: Mapping[str, Any]) -> ModelFacts:
+        vocab = self._require_vocab()
         loaded = next((m for m in status.get("loaded") or () if m.get("name") == spec.name), None)
         if loaded is None:
             raise ModelLoadError(f"the child server did not load {spec.name}", hint="see its log")
@@ -218,11 +250,12 @@ class RpcChildBackend(Backend):
         pieces = chunks_from(sse_data(answer.body))
         try:
             if answer.status != 200:
-                raise await self._why(error_for(answer.status, await answer.read(), LOCALINFER.title))
+                error = error_for(answer.status, await answer.read(), LOCALINFER.title)
+                raise (await self._why(error)) if answer.status == 502 else error  # 502: the proxy lost the child
             while True:
                 try:
                     chunk = await self._next(pieces)
-                except GenerationFailed as exc:
+                except ChildStreamBroken as exc:
                     raise await self._why(exc) from exc
                 if chunk is None:
                     return
@@ -246,18 +279,19 @@ class RpcChildBackend(Backend):
             return self._proxy
 
     async def _next(self, pieces: AsyncIterator[TokenChunk]) -> TokenChunk | None:
-        """The next chunk, None at the end; while none comes, the workers are checked every STALL_SECONDS and the
-        child is stopped once one of them takes no connection (then its stream ends, and GenerationFailed)."""
+        """The next chunk, None at the end; while none comes, the workers are checked every ``stall_seconds`` and
+        the child is stopped once one of them is gone (then its stream breaks off: ChildStreamBroken)."""
         task = asyncio.ensure_future(anext(pieces, None))
         try:
             while True:
-                done, _ = await asyncio.wait({task}, timeout=STALL_SECONDS)
+                done, _ = await asyncio.wait({task}, timeout=self._stall)
                 if done:
                     return task.result()
-                gone = await asyncio.to_thread(self._unreachable)
+                gone = await self._gone()
                 if gone:
                     self._lost.update(gone)
-                    log.warning("RPC worker %s takes no connection: stopping the child", ", ".join(gone))
+                    why = "; ".join(f"{endpoint}: {why}" for endpoint, why in gone.items())
+                    log.warning("RPC worker gone (%s): stopping the child", why)
                     if self._process is not None:
                         await self._process.stop(grace=0)
         finally:
@@ -266,12 +300,14 @@ class RpcChildBackend(Backend):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
-    def _unreachable(self) -> dict[str, str]:
-        return {e: "it takes no connection" for e in self._require_spec().rpc if not reachable(e)}
+    async def _gone(self) -> dict[str, str]:
+        watch = self._watch
+        return await asyncio.to_thread(watch.gone) if watch is not None else {}
 
     async def _why(self, error: Exception) -> Exception:
-        """``error`` when the child still runs; else RpcWorkerLost naming the worker that is gone (asked now), or
-        GenerationFailed with the end of the child's log."""
+        """For a transport failure (the child's stream broke off, or the proxy lost it): ``error`` when the child
+        still runs; else RpcWorkerLost naming the worker that is gone (asked now), or GenerationFailed with the end
+        of the child's log."""
         process = self._process
         if process is None:
             return error
@@ -281,7 +317,7 @@ class RpcChildBackend(Backend):
             await asyncio.sleep(EXIT_POLL_SECONDS)
         if process.alive:
             return error
-        gone = self._lost or await asyncio.to_thread(self._unreachable)
+        gone = self._lost or await self._gone()
         if gone:
             self._lost.update(gone)
             endpoint = next(iter(gone))
@@ -289,16 +325,22 @@ class RpcChildBackend(Backend):
         return GenerationFailed(f"the child serving this model exited during the request:\n{process.log_tail()}")
 
     async def unload(self) -> None:
-        """Stop the child (requests in flight end) and free the vocabulary."""
+        """Stop the child (requests in flight end), or the one starting (its start raises ModelNotReady), and free
+        the vocabulary."""
+        self._spec, self._facts = None, None  # first: a start under way finds itself unloaded
+        starting = self._starting
         await self._stop_child()
-        self._spec, self._facts = None, None
+        if starting is not None:
+            await starting.stop(grace=0)  # its wait for readiness ends now
         if self._vocab is not None:
             self._vocab.free()
             self._vocab = None
 
     async def _stop_child(self) -> None:
-        process, proxy = self._process, self._proxy
-        self._process, self._proxy = None, None
+        process, proxy, watch = self._process, self._proxy, self._watch
+        self._process, self._proxy, self._watch = None, None, None
+        if watch is not None:
+            watch.close()  # before the child stops: the worker it frees must not take a probe for its next client
         if process is not None:
             await process.stop(grace=10.0)
         if proxy is not None:
@@ -351,5 +393,7 @@ def with_rpc_child(
         return factories
     if factories.get("gguf") is not LlamaCppBackend:
         return factories
-    child = functools.partial(RpcChildBackend, home=settings.home, log_dir=settings.home / "logs")
+    child = functools.partial(
+        RpcChildBackend, home=settings.home, log_dir=settings.home / "logs", stall_seconds=settings.rpc_stall_timeout
+    )
     return {**factories, "gguf": child}

@@ -9,23 +9,33 @@ from typing import Any
 
 from localinfer.backends.base import DeviceUse
 from localinfer.errors import GenerationFailed, InvalidRequest
-from localinfer.types import GenerationRequest, Timings, TokenChunk, Usage
+from localinfer.types import GenerationRequest, PromptProgress, Timings, TokenChunk, Usage
+
+ENGINE_UNAVAILABLE = "engine_unavailable"  # the code of the error event the proxy ends a stream with (proxy.py)
+
+
+class ChildStreamBroken(GenerationFailed):
+    """The child's stream broke off (it ended early, or the proxy lost the child): the child may be exiting. An
+    error the child itself answered is a plain GenerationFailed."""
 
 
 def refuse_uncarried(request: GenerationRequest) -> None:
-    """Raise InvalidRequest for an option the child's /completion is not given here (never dropped)."""
+    """Raise InvalidRequest for an option the child's /completion is not given here (never dropped). The infill
+    sampler is one: the child's /completion takes no ``samplers`` that name it, and its /infill takes text, not
+    the token ids this process renders."""
     options = request.options
-    for name, asked in (
-        ("logprobs", options.logprobs is not None),
-        ("response_format", options.response_format.type in ("json_object", "json_schema")),
-        ("n_indent", options.n_indent > 0),
-        ("t_max_predict_ms", options.t_max_predict_ms > 0),
-        ("thinking_budget", options.thinking_budget is not None),
+    for name, param, asked in (
+        ("logprobs", "logprobs", options.logprobs is not None),
+        ("response_format", "response_format", options.response_format.type in ("json_object", "json_schema")),
+        ("n_indent", "n_indent", options.n_indent > 0),
+        ("t_max_predict_ms", "t_max_predict_ms", options.t_max_predict_ms > 0),
+        ("thinking_budget", "thinking_budget", options.thinking_budget is not None),
+        ("the infill sampler", "samplers", options.sampling.infill),
     ):
         if asked:
             raise InvalidRequest(
                 f"{name} is not carried to a model served over RPC workers, and localinfer does not drop it",
-                param=name,
+                param=param,
             )
 
 
@@ -50,6 +60,8 @@ def completion_body(tokens: list[int], request: GenerationRequest) -> dict[str, 
         "cache_prompt": options.cache_prompt,
         "n_keep": options.n_keep,
         "logit_bias": [[token, bias] for token, bias in s.logit_bias],
+        "timings_per_token": options.timings_per_token,
+        "return_progress": options.return_progress,
     }
     if options.response_format.type == "grammar":
         body["grammar"] = options.response_format.grammar
@@ -57,38 +69,52 @@ def completion_body(tokens: list[int], request: GenerationRequest) -> dict[str, 
 
 
 async def chunks_from(events: AsyncIterator[str]) -> AsyncGenerator[TokenChunk, None]:
-    """Chunks from the child's /completion events. Raises GenerationFailed for an error event, or when the stream
-    ends before the generation does."""
+    """Chunks from the child's /completion events (with the prompt's progress and each piece's timings when they
+    were asked). Raises GenerationFailed for an error event of the child's, ChildStreamBroken when the stream
+    breaks off (the proxy's error event, a partial event, or its end before the generation's)."""
     async for data in events:
         try:
             payload = json.loads(data)
         except ValueError as exc:
-            raise GenerationFailed(f"the child sent an event that is not JSON: {data[:200]!r}") from exc
+            raise ChildStreamBroken(f"the child sent an event that is not JSON: {data[:200]!r}") from exc
         if payload.get("error"):
             error = payload["error"]
-            raise GenerationFailed(str(error.get("message") if isinstance(error, dict) else error))
+            message = str(error.get("message") if isinstance(error, dict) else error)
+            if isinstance(error, dict) and error.get("code") == ENGINE_UNAVAILABLE:
+                raise ChildStreamBroken(message)
+            raise GenerationFailed(message)
+        if payload.get("prompt_progress"):
+            p = payload["prompt_progress"]
+            numbers = [int(p.get(key) or 0) for key in ("total", "cache", "processed", "time_ms")]
+            yield TokenChunk("", progress=PromptProgress(*numbers))
+            continue
         if not payload.get("stop"):
             if payload.get("content") or payload.get("tokens"):
-                yield TokenChunk(payload.get("content") or "", tokens=tuple(payload.get("tokens") or ()))
+                timings = _timings(payload["timings"]) if payload.get("timings") else None
+                yield TokenChunk(
+                    payload.get("content") or "", tokens=tuple(payload.get("tokens") or ()), timings=timings
+                )
             continue
         yield _last(payload)
         return
-    raise GenerationFailed("the child's stream ended before the generation finished")
+    raise ChildStreamBroken("the child's stream ended before the generation finished")
 
 
-def _last(payload: Mapping[str, Any]) -> TokenChunk:
-    t = payload.get("timings") or {}
-    cached = int(t.get("cache_n") or 0)
-    usage = Usage(int(payload.get("tokens_evaluated") or 0), int(payload.get("tokens_predicted") or 0), cached)
-    timings = Timings(
+def _timings(t: Mapping[str, Any]) -> Timings:
+    return Timings(
         float(t.get("prompt_ms") or 0.0),
         float(t.get("predicted_ms") or 0.0),
         int(t.get("prompt_n") or 0),
         int(t.get("predicted_n") or 0),
         draft_n=int(t.get("draft_n") or 0),
         draft_n_accepted=int(t.get("draft_n_accepted") or 0),
-        cache_n=cached,
+        cache_n=int(t.get("cache_n") or 0),
     )
+
+
+def _last(payload: Mapping[str, Any]) -> TokenChunk:
+    timings = _timings(payload.get("timings") or {})
+    usage = Usage(int(payload.get("tokens_evaluated") or 0), int(payload.get("tokens_predicted") or 0), timings.cache_n)
     kind = payload.get("stop_type")
     return TokenChunk(
         "",

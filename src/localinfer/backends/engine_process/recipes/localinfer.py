@@ -2,7 +2,8 @@
 main server's process (``backends/llamacpp/rpc_child.py``), since llama.cpp ends the process that loses a worker.
 
 Its settings come in its environment (``LOCALINFER_*``, as any ``serve`` reads them), the key in
-``LOCALINFER_API_KEY``; the model is the library name, served on 127.0.0.1 at the launcher's port.
+``LOCALINFER_API_KEY``; the model is its file, served under its name (``--alias``) on 127.0.0.1 at the launcher's
+port.
 """
 
 from __future__ import annotations
@@ -17,5 +18,6 @@ LOCALINFER = Recipe(
     command=lambda: [sys.executable, "-m", "localinfer.app.cli", "serve"],
     model_flag=None,
     key_env="LOCALINFER_API_KEY",
+    served_name_flag="--alias",
     honours=frozenset({*SAMPLING_FIELDS, "seed", "stop", "max_tokens", "ignore_eos"}),
 )
