@@ -17,6 +17,7 @@ from localinfer.hardware.profile import (
 from localinfer.models.metadata import read_gguf_info
 from localinfer.models.store import Manifest
 from tests.app.test_cli import localinfer  # the real command in a child process, with its own home
+from tests.backends.engine_process.conftest import write_trtllm_engine
 from tests.hf_folder import write_hf_folder
 
 
@@ -157,3 +158,32 @@ def test_hw_plan_refuses_what_cannot_run_here_in_one_line(tmp_path: Path, smollm
     ]
     alone = localinfer("hw", "--ctx", "4096", home=tmp_path)
     assert alone.returncode == 1 and "go with --plan MODEL" in alone.stderr
+
+
+def test_hw_plan_plans_a_built_tensorrt_llm_engine_folder_on_tensorrt_llm(tmp_path: Path) -> None:
+    engine = write_trtllm_engine(tmp_path / "llama-engine")
+    result = localinfer("hw", "--plan", str(engine), home=tmp_path)  # this machine has no NVIDIA GPU
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == (
+        "localinfer: llama-engine needs TensorRT-LLM, which needs an NVIDIA GPU of compute capability 8.0 or more"
+    )
+
+
+def test_the_report_says_in_one_line_that_tensorrt_llm_checks_no_key() -> None:
+    h100 = GPUInfo("nvidia", "NVIDIA H100 80GB HBM3", 0, 80 * GiB, 79 * GiB, (9, 0), "550.54.15", "cuda")
+    profile = HardwareProfile(
+        os="linux",
+        os_version="6.8",
+        cpu=CPUInfo("test cpu", "x86_64", 8, 16, ("avx2",)),
+        memory=MemoryInfo(total=64 * GiB, available=60 * GiB),
+        gpus=(h100,),
+        backends=(
+            BackendAvailability("sglang", True, "sglang 0.5.4", "0.5.4"),
+            BackendAvailability("trtllm", True, "trtllm-serve on PATH"),
+        ),
+    )
+    assert section(render_report(profile), "Backends") == [
+        "sglang              available: sglang 0.5.4",
+        "trtllm              available: trtllm-serve on PATH; TensorRT-LLM checks no key: it listens on 127.0.0.1 "
+        "only, but other local users can reach it",
+    ]

@@ -2,8 +2,9 @@
 vllm.entrypoints.openai.api_server`` and ``python -m sglang.launch_server`` (packages of those names on
 PYTHONPATH), ``text-generation-launcher`` and ``trtllm-serve`` (programs of those names on PATH). Each parses the
 flags its engine documents (an unknown flag, or a bad value, exits 2 as the engine's parser would), records its
-argv and key, and then becomes a real OpenAI server: ``localinfer serve`` of SmolLM2, with the engine's key
-(where it takes one) as localinfer's."""
+argv (as its parser reads it), its command line (as the OS shows it to other users) and key, and then becomes a
+real OpenAI server: ``localinfer serve`` of SmolLM2, with the engine's key (where it takes one) as localinfer's.
+SGLang's stand-in is started through ``keyed_main``, as SGLang is."""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ args = p.parse_args()
 key = key or getattr(args, "api_key", None)
 if os.environ.get("STANDIN_RECORD"):
     with open(os.environ["STANDIN_RECORD"], "w") as f:
-        json.dump({"argv": sys.argv[1:], "key": key}, f)
+        cmdline = open("/proc/self/cmdline", "rb").read().decode().split("\0")  # as ps shows any user
+        json.dump({"argv": sys.argv[1:], "key": key, "cmdline": cmdline}, f)
 if os.environ.get("STANDIN_FAIL"):  # a line the engine writes when it fails, then its exit
     print(os.environ["STANDIN_FAIL"], flush=True)
     sys.exit(1)

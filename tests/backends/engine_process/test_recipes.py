@@ -5,13 +5,21 @@ and generated, failures explained from its log, and its whole process group stop
 from __future__ import annotations
 
 import json
+import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from localinfer.backends.base import LoadSpec
+from localinfer.backends.engine_process import backend as backend_module
 from localinfer.backends.engine_process.backend import EngineProcessBackend
 from localinfer.backends.engine_process.engines import ENGINE_BACKENDS
+from localinfer.backends.engine_process.keyed_main import KEY_ENV
+from localinfer.backends.engine_process.launcher import EngineProcess
+from localinfer.backends.engine_process.recipe import KEYED_MAIN
 from localinfer.backends.engine_process.recipes import RECIPES
 from localinfer.backends.engine_process.recipes.trtllm import is_trtllm_engine
 from localinfer.backends.registry import engine_for
@@ -29,12 +37,12 @@ JSON = [("content-type", "application/json")]
 
 def expected_argv(engine: str, folder: str, port: int, key: str) -> list[str]:
     """The command line (after the command) each engine is given for NAME at ``folder`` with a 512-token context
-    over 2 GPUs: its own flags, from its docs and parser."""
+    over 2 GPUs, as its parser reads them: its own flags, from its docs and parser."""
     return {
         "vllm": ["--model", folder, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", NAME,
                  "--max-model-len", "512", "--tensor-parallel-size", "2"],
-        "sglang": ["--model-path", folder, "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
-                   "--served-model-name", NAME, "--context-length", "512", "--tp-size", "2"],
+        "sglang": ["--model-path", folder, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", NAME,
+                   "--context-length", "512", "--tp-size", "2", "--api-key", key],  # the key added in-process
         "tgi": ["--model-id", folder, "--hostname", "127.0.0.1", "--port", str(port), "--usage-stats", "off",
                 "--max-total-tokens", "512", "--num-shard", "2"],
         "trtllm": [folder, "--host", "127.0.0.1", "--port", str(port), "--max_seq_len", "512", "--tp_size", "2"],
@@ -78,6 +86,49 @@ async def test_each_engine_is_started_by_its_own_command_line_serves_and_stops_w
         await backend.unload()
     assert not process.alive
     assert not group_members(process.pid or 0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_each_engine_gets_its_key_without_it_on_the_command_line_other_users_read(
+    engine: str, tmp_path: Path
+) -> None:
+    folder = write_hf_folder(tmp_path / "tiny-hf")
+    record = tmp_path / "record.json"
+    env = standin_env(tmp_path, **install_standin(engine, tmp_path), STANDIN_RECORD=str(record), STANDIN_FAIL="done")
+    recipe = RECIPES[engine]
+    process = EngineProcess(recipe.launch(str(folder), served_name=NAME), log_path=tmp_path / "engine.log", env=env)
+    process.start()
+    with pytest.raises(ModelLoadError, match="exited with code 1"):  # the stand-in records what it got, then exits
+        await process.wait_ready(60)
+    seen = json.loads(record.read_text())
+    assert seen["key"] == (process.api_key if recipe.checks_key else None)  # TensorRT-LLM checks no key
+    assert not [arg for arg in seen["cmdline"] if process.api_key in arg]
+    assert folder.as_posix() in seen["cmdline"]  # the command line read is the engine's own
+
+
+async def test_tensorrt_llm_which_checks_no_key_says_so_in_the_load_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = write_hf_folder(tmp_path / "tiny-hf")
+    backend = backend_with_standin("trtllm", tmp_path, tmp_path / "unused.gguf", STANDIN_FAIL=FAILURE_LINES["trtllm"])
+    with caplog.at_level(logging.WARNING, logger=backend_module.__name__), pytest.raises(ModelLoadError):
+        await backend.load(LoadSpec(path=folder, name=NAME))
+    assert caplog.messages == [
+        "TensorRT-LLM checks no key: it listens on 127.0.0.1 only, but other local users can reach it"
+    ]
+
+
+def test_keyed_main_starts_no_engine_without_its_key(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+    done = subprocess.run(
+        [sys.executable, "-m", KEYED_MAIN, "--key-flag=--api-key", "http.server", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr == f"keyed_main: {KEY_ENV} is not set: the engine would start without its key\n"
 
 
 FAILURE_LINES = {

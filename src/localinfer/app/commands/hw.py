@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.render import row, section
 from localinfer.app.commands.rpc import paste_line
+from localinfer.backends.engine_process.recipes import RECIPES
 from localinfer.backends.llamacpp.rpc_wire import parse_endpoints, remote_devices
 from localinfer.errors import ConfigError
 from localinfer.hardware.layer_split import parse_tensor_split
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from localinfer.config import Settings
     from localinfer.hardware.model_profile import ModelProfile
     from localinfer.hardware.plan import Plan
-    from localinfer.hardware.profile import GPUInfo, HardwareProfile
+    from localinfer.hardware.profile import BackendAvailability, GPUInfo, HardwareProfile
     from localinfer.models.library import ModelLibrary
 
 _GPU_LABEL_WIDTH = 18  # GPU detail rows are indented two more spaces, their values stay in the same column
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.plan is not None:
         library = ModelLibrary.from_settings(settings)
         model = model_profile(library, args.plan)
+        engine = planned_engine(library, args.plan, settings.engine) if model.format == "hf" else settings.engine
         if args.draft is not None:
             draft = model_profile(library, args.draft)
             if (model.format, draft.format) != ("gguf", "gguf"):
@@ -120,7 +122,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             rpc_workers=len(endpoints),
             rpc_devices=remote_devices(endpoints),  # each worker asked now: one that does not answer is named
             tensor_split=parse_tensor_split(args.tensor_split or ""),
-            engine=settings.engine,
+            engine=engine,
+            engine_asked=settings.engine is not None,
         )
         chosen = plan(profile, model, overrides)
     if args.json:
@@ -148,9 +151,20 @@ def model_profile(library: ModelLibrary, ref: str) -> ModelProfile:
     if folder.is_dir():
         return from_path(folder, folder.name)
     manifest = library.resolve(ref)
-    if manifest.format == "onnx":
-        return engine_profiles.model_profile(manifest)  # by its genai_config.json
+    if manifest.format != "gguf":
+        return engine_profiles.model_profile(manifest)  # by its genai_config.json or config.json
     return from_gguf(manifest.name, cached_gguf_info(manifest.path), manifest.size)
+
+
+def planned_engine(library: ModelLibrary, ref: str, engine: str | None) -> str:
+    """The engine that would serve the Hugging Face model ``ref`` (a folder, or a name): ``engine`` when named,
+    else the one its files choose (TensorRT-LLM for a built TensorRT-LLM engine, vLLM for any other), as the
+    registry chooses it when the model loads."""
+    from localinfer.backends.registry import engine_for
+    from localinfer.models.store import hf_manifest
+
+    folder = Path(ref).expanduser()
+    return engine_for(hf_manifest(folder) if folder.is_dir() else library.resolve(ref), engine)
 
 
 def render_plan(name: str, chosen: Plan) -> str:
@@ -188,9 +202,7 @@ def render_report(profile: HardwareProfile) -> str:
     memory_rows = [row("total", _gib(memory.total)), row("available", _gib(memory.available))]
     if memory.cgroup_limit is not None:
         memory_rows.append(row("cgroup limit", f"{_gib(memory.cgroup_limit)} (the container's limit caps the RAM)"))
-    backends = [
-        row(b.name, f"available: {b.reason}" if b.available else f"not available: {b.reason}") for b in profile.backends
-    ]
+    backends = [row(b.name, _backend_state(b)) for b in profile.backends]
     lines = [
         *section("System", [row("os", f"{profile.os}: {profile.os_version}")]),
         *section(
@@ -213,6 +225,15 @@ def render_report(profile: HardwareProfile) -> str:
     if profile.notes:
         lines += section("Notes", profile.notes)
     return "\n".join(lines).rstrip("\n")
+
+
+def _backend_state(backend: BackendAvailability) -> str:
+    """Whether ``backend`` can run here and why; for an engine that checks no key, what that means here."""
+    if not backend.available:
+        return f"not available: {backend.reason}"
+    recipe = RECIPES.get(backend.name)
+    note = recipe.no_key_note if recipe is not None else ""
+    return f"available: {backend.reason}" + (f"; {note}" if note else "")
 
 
 def _gpu_rows(gpu: GPUInfo) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -25,6 +26,8 @@ from localinfer.backends.engine_process.recipe import Recipe
 from localinfer.errors import ModelLoadError, ModelNotReady
 from localinfer.models.store import HF_CONFIG
 from localinfer.types import GenerationRequest, TokenStream
+
+log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 1200.0  # seconds: a large model, read from disk and compiled, can take many minutes
 JSON_HEADERS = [("content-type", "application/json")]
@@ -88,6 +91,8 @@ class EngineProcessBackend(Backend):
         launch = recipe.launch(str(folder), served_name=spec.name, extra=extra)
         process = EngineProcess(launch, log_path=self._new_log(), env=self._env)
         process.start()
+        if not recipe.checks_key:
+            log.warning("%s", recipe.no_key_note)
         proxy = EngineProxy(process.url, process.api_key, alive=lambda: process.alive)
         try:
             try:

@@ -5,6 +5,11 @@ answers 200 once it serves, the flags the planner passes (tensor parallelism, me
 KV cache dtype), how its log says why it failed, and which request fields it honours on localinfer's own generate
 path (a field it would drop is a 400 there, never dropped). ``Recipe.launch`` turns it into the ``Launch`` the
 launcher runs: any command that serves OpenAI's routes on a port fits (a child ``localinfer serve`` too).
+
+The key never goes on the command line, where any local user reads it (``ps``, ``/proc/PID/cmdline``): an engine
+that reads it from the environment gets it there; one that takes it only as a flag (SGLang's ``--api-key``) is
+started through ``keyed_main``, which reads it from the environment and adds the flag to ``sys.argv`` in-process
+before it runs the engine's module.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localinfer.backends.engine_process.keyed_main import KEY_ENV, KEY_FLAG_PREFIX
 from localinfer.errors import InvalidRequest
 from localinfer.types import GenerationOptions, ResponseFormat, SamplingParams
 
 LOCALHOST = "127.0.0.1"
+KEYED_MAIN = "localinfer.backends.engine_process.keyed_main"
 DEFAULT_SAMPLING = SamplingParams()
 
 
@@ -69,7 +76,7 @@ class Recipe:
     host_flag: str = "--host"
     port_flag: str = "--port"
     key_env: str | None = None  # where the engine reads its key from the environment (not argv: ps shows argv)
-    key_flag: str | None = None  # else the flag that takes it; neither: the engine checks no key
+    key_flag: str | None = None  # else the flag that takes it, added in-process (keyed_main); neither: no key
     served_name_flag: str | None = None  # the name clients use; None: the engine answers to any
     fixed_args: tuple[str, ...] = ()  # always passed (after the model), e.g. telemetry off
     model_args: Callable[[Path], list[str]] = lambda folder: []  # arguments a model folder asks for
@@ -84,14 +91,12 @@ class Recipe:
         """What to run for ``model`` (a folder or repo id) under ``served_name``, with ``extra`` arguments last."""
 
         def for_port(port: int, key: str) -> Launch:
-            argv = [*self.command()]
+            argv = self._keyed_command() if self.key_flag and not self.key_env else [*self.command()]
             argv += [self.model_flag, model] if self.model_flag else [model]
             argv += [self.host_flag, LOCALHOST, self.port_flag, str(port), *self.fixed_args]
-            if self.key_flag and not self.key_env:
-                argv += [self.key_flag, key]
             if served_name and self.served_name_flag and not _has_flag(extra, self.served_name_flag):
                 argv += [self.served_name_flag, served_name]
-            env = {self.key_env: key} if self.key_env else {}
+            env = {self.key_env or KEY_ENV: key} if self.checks_key else {}
             return Launch(tuple([*argv, *extra]), env, (self.health_path, "/v1/models"))
 
         return for_port
@@ -100,6 +105,22 @@ class Recipe:
     def checks_key(self) -> bool:
         """Whether the engine itself refuses requests without its key (localinfer checks clients' keys anyway)."""
         return bool(self.key_env or self.key_flag)
+
+    @property
+    def no_key_note(self) -> str:
+        """What an engine that checks no key means for this machine's other users, in one line ("" when it checks
+        one)."""
+        if self.checks_key:
+            return ""
+        return f"{self.title} checks no key: it listens on {LOCALHOST} only, but other local users can reach it"
+
+    def _keyed_command(self) -> list[str]:
+        """The command run through ``keyed_main``, which adds ``key_flag`` and the key to the engine's argv
+        in-process: only a Python module (``python -m MODULE``) can be run so."""
+        interpreter, *rest = self.command()
+        if len(rest) != 2 or rest[0] != "-m":
+            raise ValueError(f"{self.title} takes its key as {self.key_flag}: its command must be python -m MODULE")
+        return [interpreter, "-m", KEYED_MAIN, KEY_FLAG_PREFIX + (self.key_flag or ""), rest[1]]
 
     def why_failed(self, log_text: str) -> str | None:
         """What the first known failure line in the engine's log means, None when none is known."""

@@ -1,7 +1,8 @@
 """SGLang's OpenAI server, ``python -m sglang.launch_server`` (flags from ``python/sglang/srt/server_args.py``).
 
-SGLang takes its key only as ``--api-key`` on the command line, where other local users can read it (``ps``); it
-listens on 127.0.0.1 only, and localinfer checks clients' keys itself before any request reaches it.
+SGLang takes its key only as ``--api-key``, which on the command line any local user could read (``ps``): it is
+started through ``keyed_main``, which adds the flag in-process from the environment, so its command line holds no
+key. It listens on 127.0.0.1 only, and localinfer checks clients' keys itself before any request reaches it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ SGLANG = Recipe(
     title="SGLang",
     command=python_module("sglang.launch_server"),
     model_flag="--model-path",
-    key_flag="--api-key",
+    key_flag="--api-key",  # added by keyed_main in-process, never on the command line
     served_name_flag="--served-model-name",
     flags=PlannerFlags(
         tensor_parallel="--tp-size",
