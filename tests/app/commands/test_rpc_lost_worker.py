@@ -3,7 +3,10 @@
 streamed chunk, and the server ends that stream with an error event, answers 503 naming the worker for the model
 until it returns, says so in /health, and keeps serving a model of its own (SmolLM2 as ONNX, in process).
 
-The tests run in this file's order: the last one brings the worker back."""
+The servers check their workers after 1 s without a token (``LOCALINFER_RPC_STALL_TIMEOUT``; 5 s by default): the
+tests wait for the error event however long it takes, a read that waits ``HANG`` seconds being a hang. How long
+it takes is measured, not tested (see the report of issue 32). The tests run in this file's order: the last one
+brings the worker back."""
 
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from tests.app.server.conftest import Server, start_server, stop_server
 pytestmark = pytest.mark.model
 
 LONG = [{"role": "user", "content": "Write a very long story about a lighthouse keeper, with many chapters."}]
-ERROR_EVENT_WITHIN = 10.0  # seconds from the kill to the stream's error event (issue 32)
+HANG = 120.0  # seconds a read of the stream may wait before the test calls it hung
+STALL = {"LOCALINFER_RPC_STALL_TIMEOUT": "1"}
 
 
 @dataclass
@@ -48,11 +52,11 @@ def _data(line: str) -> Any:
 
 def _stream_cut(server: Server, model: str, cut: Callable[[], None]) -> list[Any]:
     """Stream a long greedy reply, ``cut`` a worker off after its first chunk, and return the stream's data after
-    that. A read that waits longer than ERROR_EVENT_WITHIN fails: the stream hung."""
+    that. A read that waits longer than HANG fails: the stream hung."""
     body = {"model": model, "messages": LONG, "stream": True, "temperature": 0, "max_tokens": 900}
     events: list[Any] = []
     first = True
-    timeout = httpx.Timeout(ERROR_EVENT_WITHIN, connect=10)
+    timeout = httpx.Timeout(HANG, connect=10)
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=timeout) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
@@ -83,6 +87,7 @@ def lost(smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFa
         "--gpu-layers",
         "20",
         timeout=600,
+        env=STALL,
     )
     try:
 
@@ -165,7 +170,7 @@ def test_a_worker_cut_off_mid_stream_ends_the_stream_with_an_error_event_naming_
     link = FreezableLink(started[1][1])
     cut_off = f"127.0.0.1:{link.port}"
     rpc = f"127.0.0.1:{started[0][1]},{cut_off}"
-    server = start_server(smollm2.name, test_home, tmp_path, "--ctx-size", "1024", "--rpc", rpc, timeout=600)
+    server = start_server(smollm2.name, test_home, tmp_path, "--ctx-size", "1024", "--rpc", rpc, timeout=600, env=STALL)
     try:
         events = _stream_cut(server, smollm2.name, link.freeze)
     finally:
