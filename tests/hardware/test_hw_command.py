@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from localinfer.app.commands.hw import render_report
+from localinfer.config import Settings
 from localinfer.hardware.profile import (
     BackendAvailability,
     CPUInfo,
@@ -15,7 +16,7 @@ from localinfer.hardware.profile import (
     MemoryInfo,
 )
 from localinfer.models.metadata import read_gguf_info
-from localinfer.models.store import Manifest
+from localinfer.models.store import Manifest, ModelStore, hf_manifest
 from tests.app.test_cli import localinfer  # the real command in a child process, with its own home
 from tests.backends.engine_process.conftest import write_trtllm_engine
 from tests.hf_folder import write_hf_folder
@@ -160,13 +161,15 @@ def test_hw_plan_refuses_what_cannot_run_here_in_one_line(tmp_path: Path, smollm
     assert alone.returncode == 1 and "go with --plan MODEL" in alone.stderr
 
 
-def test_hw_plan_plans_a_built_tensorrt_llm_engine_folder_on_tensorrt_llm(tmp_path: Path) -> None:
+def test_hw_plan_plans_a_built_tensorrt_llm_engine_folder_on_tensorrt_llm_by_path_or_name(tmp_path: Path) -> None:
     engine = write_trtllm_engine(tmp_path / "llama-engine")
-    result = localinfer("hw", "--plan", str(engine), home=tmp_path)  # this machine has no NVIDIA GPU
-    assert result.returncode == 1
-    assert result.stderr.splitlines()[0] == (
-        "localinfer: llama-engine needs TensorRT-LLM, which needs an NVIDIA GPU of compute capability 8.0 or more"
-    )
+    ModelStore(Settings(home=tmp_path).models_dir).register(hf_manifest(engine, name="org/llama-engine"))
+    for ref, name in ((str(engine), "llama-engine"), ("org/llama-engine", "org/llama-engine")):
+        result = localinfer("hw", "--plan", ref, home=tmp_path)  # this machine has no NVIDIA GPU
+        assert result.returncode == 1
+        assert result.stderr.splitlines()[0] == (
+            f"localinfer: {name} needs TensorRT-LLM, which needs an NVIDIA GPU of compute capability 8.0 or more"
+        )
 
 
 def test_the_report_says_in_one_line_that_tensorrt_llm_checks_no_key() -> None:
