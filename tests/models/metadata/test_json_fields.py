@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from localinfer.models.metadata import hf, onnx
+from localinfer.models.metadata.folder import weights_bytes as folder_weights_bytes
 from tests.hf_folder import CONTEXT, write_hf_folder
 
 
@@ -29,6 +30,14 @@ def test_a_multimodal_config_has_its_language_models_context_and_unknowns_read_a
 def test_an_index_total_size_is_the_weights_size(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 1234}}))
     assert hf.weights_bytes(tmp_path) == 1234
+
+
+def test_a_built_tensorrt_llm_engine_weighs_its_rank_engine_files(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"build_config": {}, "pretrained_config": {}}))
+    (tmp_path / "rank0.engine").write_bytes(b"x" * 30)
+    (tmp_path / "rank1.engine").write_bytes(b"x" * 12)
+    assert hf.weights_bytes(tmp_path) == 42
+    assert folder_weights_bytes(tmp_path, "hf") == 42
 
 
 def test_genai_config_context_window_and_weights(tmp_path: Path) -> None:

@@ -100,8 +100,8 @@ def _cached(path: Path, size: int, mtime_ns: int) -> FolderFacts:
 
 def weights_bytes(folder: Path, fmt: FolderFormat) -> int:
     """Bytes of the weights in ``folder`` and below: ``.onnx`` and ``.data`` files of an ONNX model, ``.safetensors``
-    files of a Hugging Face one."""
-    suffixes = (".onnx", ".data") if fmt == "onnx" else (".safetensors",)
+    files of a Hugging Face one, or ``.engine`` files of a built TensorRT-LLM engine (a Hugging Face format here)."""
+    suffixes = (".onnx", ".data") if fmt == "onnx" else (".safetensors", ".engine")
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and f.suffix in suffixes)
 
 

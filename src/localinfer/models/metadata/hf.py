@@ -94,12 +94,15 @@ def architecture(config: Mapping[str, Any]) -> str:
 
 
 def weights_bytes(path: Path) -> int:
-    """Bytes of the folder's safetensors weights: its index's ``total_size``, else the files' sizes."""
+    """Bytes of the folder's weights: its safetensors index's ``total_size``, else the ``.safetensors`` files'
+    sizes, or a built TensorRT-LLM engine's ``rank*.engine`` files (one per GPU, each holding its share)."""
     index = read_json(path / "model.safetensors.index.json")
     total = positive((index.get("metadata") or {}).get("total_size"))
     if total:
         return total
     try:
-        return sum(f.stat().st_size for f in path.glob("*.safetensors"))
+        return sum(f.stat().st_size for f in path.glob("*.safetensors")) or sum(
+            f.stat().st_size for f in path.glob("rank*.engine")
+        )
     except OSError:
         return 0
