@@ -5,25 +5,26 @@ Configurations, per model:
 
 - local: no worker, every layer on this machine's CPU;
 - 1 worker: every layer on one worker (`--rpc A`; llama-server `-ngl 99`);
-- 2 workers: the layers cut in two halves (`--tensor-split 1,1`), the output on the second;
-- 1 worker + 1 ms, 1 worker + 5 ms: the worker behind bench/delay_proxy.py, which holds every byte for half the
-  round trip each way (a LAN, a fast WAN), to show what the network costs per token.
+- 1 worker + 1 ms, 1 worker + 5 ms: the same behind bench/delay_proxy.py, which holds every byte for half the round
+  trip each way (a LAN, a fast WAN), to show what the network costs per token;
+- 2 workers: the layers cut in two halves (`--tensor-split 1,1`), the output on the second.
 
-Each engine has workers of its own (a worker serves one client at a time), with the same threads, started together,
-so both pairs run at once and the engines alternate request by request: the order flips every round, and round 0 is
-a warm-up that is not counted. A round's prompt is fresh (sentences in a random order with random numbers, so no
-cached run of tokens helps), about `--prompt-words` words, the same for both engines; the reply is greedy and exactly
-`--tokens` tokens (ignore_eos). Decode tok/s = tokens after the first over the time from the first to the last
-streamed token; prompt tok/s = prompt tokens over the time to the first token. Reported: the median and min-max over
-rounds, and the ratio localinfer / llama-server taken round by round. localinfer runs with `--spec off` (llama-server
-does not speculate by default).
+Each server has workers of its own (a worker serves one client at a time), with the same threads. The servers of a
+group (local; the three 1-worker links; 2 workers) run at once and are asked in turn, request by request, the order
+rotating every round; round 0 is a warm-up that is not counted. A round's prompt is fresh (sentences in a random
+order with random numbers, so no cached run of tokens helps), about `--prompt-words` words, the same for every
+server; the reply is greedy and exactly `--tokens` tokens (ignore_eos). Decode tok/s = tokens after the first over
+the time from the first to the last streamed token; prompt tok/s = prompt tokens over the time to the first token.
+Reported: the median and min-max over rounds of each figure, of the ratio localinfer / llama-server taken round by
+round, and of the milliseconds a link adds to each decoded token against the same engine on plain loopback in the
+same round. localinfer runs with `--spec off` (llama-server does not speculate by default).
 
 One thread per server and per worker by default: on a machine of two cores shared with other work, two threads each
 (four spinning at once when a worker and its server both compute) made llama.cpp's thread barriers stall for tens of
 milliseconds a token, in llama-server as in localinfer.
 
 Usage: .venv/bin/python bench/rpc.py --home ~/.cache/localinfer/test-home \
-       [--models smollm2,gemma3-270m-q4-k-m] [--rounds 6] [--tokens 64]
+       [--models smollm2,gemma3-270m-q4-k-m] [--rounds 8] [--tokens 64]
 """
 
 from __future__ import annotations
@@ -72,39 +73,39 @@ PROMPT = (
 
 
 @dataclass(frozen=True)
-class Config:
+class Group:
+    """Servers alive together and alternated request by request: each engine over ``workers`` workers, once per
+    added round trip in ``rtts_ms`` (0: plain loopback)."""
+
     name: str
     workers: int
-    rtt_ms: float  # added round trip between the server and each worker (0: plain loopback)
+    rtts_ms: tuple[float, ...]
 
 
-CONFIGS = {
-    c.name: c
-    for c in (
-        Config("local", 0, 0.0),
-        Config("1 worker", 1, 0.0),
-        Config("2 workers", 2, 0.0),
-        Config("1 worker + 1 ms", 1, 1.0),
-        Config("1 worker + 5 ms", 1, 5.0),
-    )
+GROUPS = {
+    g.name: g for g in (Group("local", 0, (0.0,)), Group("1 worker", 1, (0.0, 1.0, 5.0)), Group("2 workers", 2, (0.0,)))
 }
+
+
+def config_name(group: Group, rtt_ms: float) -> str:
+    return group.name + (f" + {rtt_ms:g} ms" if rtt_ms else "")
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--home", type=Path, required=True, help="a localinfer home holding the models")
     p.add_argument("--models", default="smollm2,gemma3-270m-q4-k-m", help="model names, comma-separated")
-    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
-    p.add_argument("--rounds", type=int, default=6, help="measured rounds per configuration (default 6)")
+    p.add_argument("--groups", default=",".join(GROUPS), help="comma-separated subset of: " + ", ".join(GROUPS))
+    p.add_argument("--rounds", type=int, default=8, help="measured rounds per configuration (default 8)")
     p.add_argument("--tokens", type=int, default=64, help="tokens generated per request (default 64)")
-    p.add_argument("--prompt-words", type=int, default=300, help="about how long each prompt is (default 300)")
+    p.add_argument("--prompt-words", type=int, default=150, help="about how long each prompt is (default 150)")
     p.add_argument("--threads", type=int, default=1, help="threads of every server and worker (default 1)")
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--llama-cpp-bin", type=Path, help="folder with llama-server and ggml-rpc-server (default: built)")
     p.add_argument("--out", type=Path, default=RESULTS_DIR / "rpc.json")
     args = p.parse_args()
     args.models = [m for m in args.models.split(",") if m]
-    args.configs = [CONFIGS[c.strip()] for c in args.configs.split(",") if c.strip()]
+    args.groups = [GROUPS[g.strip()] for g in args.groups.split(",") if g.strip()]
     return args
 
 
@@ -152,35 +153,42 @@ class Process:
             self.proc.wait()
 
 
-def hello_rtt_ms(port: int, tries: int = 15) -> float:
-    """The median time of the RPC handshake (HELLO and its answer) with the worker behind ``port``: one round
-    trip of the link plus the worker's answer."""
-    times = []
-    for _ in range(tries):
-        with socket.create_connection((HOST, port), timeout=10) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def _rpc(sock: socket.socket, command: int, payload: bytes) -> bytes:
+    """One RPC command and its answer (llama.cpp's framing: command byte, payload size, payload; size, answer)."""
+    sock.sendall(struct.pack("<BQ", command, len(payload)) + payload)
+    data = b""
+    while len(data) < 8 or len(data) < 8 + struct.unpack("<Q", data[:8])[0]:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise BenchError("the worker closed the connection")
+        data += chunk
+    return data[8:]
+
+
+def round_trip_ms(port: int, tries: int = 20) -> float:
+    """The median time of one request and its answer (DEVICE_COUNT, after the handshake, on one connection) to
+    the worker behind ``port``: the link's round trip plus the worker's answer."""
+    with socket.create_connection((HOST, port), timeout=10) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _rpc(sock, 14, bytes(24))  # HELLO
+        times = []
+        for _ in range(tries):
             started = time.perf_counter()
-            sock.sendall(struct.pack("<BQ", 14, 24) + bytes(24))
-            data = b""
-            while len(data) < 8 or len(data) < 8 + struct.unpack("<Q", data[:8])[0]:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    raise BenchError("the worker closed the handshake")
-                data += chunk
+            _rpc(sock, 15, b"")  # DEVICE_COUNT
             times.append((time.perf_counter() - started) * 1000)
     return statistics.median(times)
 
 
 @contextlib.contextmanager
 def workers_for(
-    engine: str, config: Config, args: argparse.Namespace, bin_dir: Path, logs: Path
+    engine: str, workers: int, rtt_ms: float, args: argparse.Namespace, bin_dir: Path, logs: Path
 ) -> Iterator[list[str]]:
-    """``config.workers`` workers of ``engine``'s kind (behind delay proxies when the link is simulated); the
+    """``workers`` workers of ``engine``'s kind (behind delay proxies adding ``rtt_ms`` when it is not 0); the
     addresses its server dials."""
     started: list[Process] = []
     try:
         endpoints = []
-        for i in range(config.workers):
+        for i in range(workers):
             port = free_port()
             if engine == "localinfer":
                 cmd = [
@@ -195,12 +203,13 @@ def workers_for(
                 ]
             else:
                 cmd = [str(bin_dir / "ggml-rpc-server"), "-p", str(port), "-t", str(args.threads)]
-            started.append(Process(f"{engine} worker {i}", cmd, port, logs / f"{engine}-worker-{i}.log"))
-            if config.rtt_ms:
+            tag = f"{engine}-{rtt_ms:g}ms"
+            started.append(Process(f"{tag} worker {i}", cmd, port, logs / f"{tag}-worker-{i}.log"))
+            if rtt_ms:
                 front = free_port()
                 proxy = [sys.executable, str(BENCH_DIR / "delay_proxy.py"), "--listen", str(front)]
-                proxy += ["--to", f"{HOST}:{port}", "--rtt-ms", str(config.rtt_ms)]
-                started.append(Process(f"{engine} proxy {i}", proxy, front, logs / f"{engine}-proxy-{i}.log"))
+                proxy += ["--to", f"{HOST}:{port}", "--rtt-ms", str(rtt_ms)]
+                started.append(Process(f"{tag} proxy {i}", proxy, front, logs / f"{tag}-proxy-{i}.log"))
                 port = front
             endpoints.append(f"{HOST}:{port}")
         yield endpoints
@@ -236,59 +245,70 @@ def prompt(words: int, rng: random.Random) -> str:
     return " ".join(parts)
 
 
-def run_config(model: str, path: Path, config: Config, args: argparse.Namespace) -> dict[str, Any]:
-    logs = RESULTS_DIR / "logs" / "rpc" / f"{model}-{config.name.replace(' ', '-')}"
-    samples: dict[str, dict[str, list[float]]] = {e: {"decode": [], "prompt": []} for e in ENGINES}
-    commands: dict[str, list[str]] = {}
-    rtt: dict[str, float] = {}
+def run_group(model: str, path: Path, group: Group, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Every variant of ``group`` (engine x added round trip) started at once and asked in turn, round by round;
+    per configuration (one added round trip): each engine's figures, the ratio localinfer / llama-server per
+    round, and the milliseconds per token the added round trip costs each engine against none, per round."""
+    logs = RESULTS_DIR / "logs" / "rpc" / f"{model}-{group.name.replace(' ', '-')}"
+    variants = [(engine, rtt) for rtt in group.rtts_ms for engine in ENGINES]
+    samples: dict[tuple[str, float], dict[str, list[float]]] = {v: {"decode": [], "prompt": []} for v in variants}
+    commands: dict[tuple[str, float], list[str]] = {}
+    handshake: dict[tuple[str, float], float] = {}
     with contextlib.ExitStack() as stack:
-        servers: dict[str, ManagedServer] = {}
-        for engine in ENGINES:
-            endpoints = stack.enter_context(workers_for(engine, config, args, args.bin_dir, logs))
-            if config.rtt_ms:
-                rtt[engine] = hello_rtt_ms(int(endpoints[0].rpartition(":")[2]))
+        servers: dict[tuple[str, float], ManagedServer] = {}
+        for engine, rtt in variants:
+            endpoints = stack.enter_context(workers_for(engine, group.workers, rtt, args, args.bin_dir, logs))
+            if rtt:
+                handshake[engine, rtt] = round_trip_ms(int(endpoints[0].rpartition(":")[2]))
             port = free_port()
-            commands[engine] = server_command(engine, model, path, endpoints, port, args)
-            print(f"[{model} / {config.name}] {' '.join(commands[engine])}", file=sys.stderr)
-            servers[engine] = stack.enter_context(ManagedServer(engine, commands[engine], port, logs / f"{engine}.log"))
-        ids = {engine: server.model_id(model) for engine, server in servers.items()}
+            commands[engine, rtt] = server_command(engine, model, path, endpoints, port, args)
+            print(f"[{model} / {config_name(group, rtt)}] {' '.join(commands[engine, rtt])}", file=sys.stderr)
+            log = logs / f"{engine}-{rtt:g}ms.log"
+            servers[engine, rtt] = stack.enter_context(ManagedServer(engine, commands[engine, rtt], port, log))
+        ids = {v: server.model_id(model) for v, server in servers.items()}
         rng = random.Random(secrets.randbits(64))
         with httpx.Client(timeout=600.0) as client:
-            for round_no in range(args.rounds + 1):
-                order = ENGINES if round_no % 2 else ENGINES[::-1]
-                text = prompt(args.prompt_words, rng)  # the same for both engines in a round
-                for engine in order:
-                    server = servers[engine]
-                    body = greedy_body(ids[engine], args.tokens, prompt=text)
-                    stats = stream_completion(client, server.base_url, body)
+            for round_no in range(args.rounds + 1):  # round 0 warms every server up and is not counted
+                shift = round_no % len(variants)
+                order = variants[shift:] + variants[:shift]
+                if round_no % 2:
+                    order.reverse()
+                text = prompt(args.prompt_words, rng)  # the same for every server in a round
+                for variant in order:
+                    body = greedy_body(ids[variant], args.tokens, prompt=text)
+                    stats = stream_completion(client, servers[variant].base_url, body)
                     if stats.tokens != args.tokens:
-                        raise BenchError(f"{engine} gave {stats.tokens} tokens, not {args.tokens}")
-                    if round_no == 0:
-                        continue
-                    samples[engine]["decode"].append(stats.decode_tps)
-                    samples[engine]["prompt"].append((stats.prompt_tokens or 0) / stats.ttft_s)
-    result: dict[str, Any] = {"commands": commands, "handshake_rtt_ms": rtt or None, "samples": samples}
-    for kind in ("decode", "prompt"):
-        ours, theirs = samples["localinfer"][kind], samples["llama-server"][kind]
-        result[kind] = {e: spread(samples[e][kind]) for e in ENGINES}
-        result[kind]["ratio"] = spread([a / b for a, b in zip(ours, theirs, strict=True)])
-    return result
+                        raise BenchError(f"{variant} gave {stats.tokens} tokens, not {args.tokens}")
+                    if round_no:
+                        samples[variant]["decode"].append(stats.decode_tps)
+                        samples[variant]["prompt"].append((stats.prompt_tokens or 0) / stats.ttft_s)
+    results: dict[str, dict[str, Any]] = {}
+    for rtt in group.rtts_ms:
+        result: dict[str, Any] = {
+            "commands": {e: commands[e, rtt] for e in ENGINES},
+            "handshake_rtt_ms": {e: handshake[e, rtt] for e in ENGINES} if rtt else None,
+            "samples": {e: samples[e, rtt] for e in ENGINES},
+        }
+        for kind in ("decode", "prompt"):
+            ours, theirs = samples["localinfer", rtt][kind], samples["llama-server", rtt][kind]
+            result[kind] = {e: spread(samples[e, rtt][kind]) for e in ENGINES}
+            result[kind]["ratio"] = spread([a / b for a, b in zip(ours, theirs, strict=True)])
+        if rtt:
+            result["ms_added_per_token"] = {
+                e: spread(
+                    [
+                        1000 / slow - 1000 / fast
+                        for slow, fast in zip(samples[e, rtt]["decode"], samples[e, 0.0]["decode"], strict=True)
+                    ]
+                )
+                for e in ENGINES
+            }
+        results[config_name(group, rtt)] = result
+    return results
 
 
 def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def per_token_cost(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Milliseconds a simulated link adds to each decoded token (median tok/s against 1 worker on loopback)."""
-    base = results.get("1 worker")
-    costs: dict[str, dict[str, float]] = {}
-    if base is None:
-        return costs
-    for name, res in results.items():
-        if name.startswith("1 worker +"):
-            costs[name] = {e: 1000 / res["decode"][e]["median"] - 1000 / base["decode"][e]["median"] for e in ENGINES}
-    return costs
 
 
 def render(report: dict[str, Any]) -> str:
@@ -309,12 +329,21 @@ def render(report: dict[str, Any]) -> str:
                     f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})",
                 ]
             lines.append(f"| {model} | {name} | " + " | ".join(cells) + " |")
-    costs = [(m, c) for m, c in report["link_cost_ms_per_token"].items() if c]
+    costs = [(m, n, r) for m, results in report["models"].items() for n, r in results.items() if r["handshake_rtt_ms"]]
     if costs:
-        lines += ["", "| model | link | ms added per token: localinfer | llama-server |", "|---|---|---:|---:|"]
-        for model, by_link in costs:
-            for link, cost in by_link.items():
-                lines.append(f"| {model} | {link} | {cost['localinfer']:.2f} | {cost['llama-server']:.2f} |")
+        lines += [
+            "",
+            "| model | link | measured round trip ms | ms added per token: localinfer (min-max) | llama-server |",
+            "|---|---|---:|---:|---:|",
+        ]
+        for model, name, res in costs:
+            cells = [
+                f"{res['ms_added_per_token'][e]['median']:.1f} ({res['ms_added_per_token'][e]['min']:.1f}-"
+                f"{res['ms_added_per_token'][e]['max']:.1f})"
+                for e in ENGINES
+            ]
+            rtt = res["handshake_rtt_ms"]["localinfer"]
+            lines.append(f"| {model} | {name} | {rtt:.2f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -327,14 +356,14 @@ def main() -> int:
     os.environ["LOCALINFER_HOME"] = str(args.home)
     started = time.monotonic()
     load_before = os.getloadavg()
-    report: dict[str, Any] = {"models": {}, "link_cost_ms_per_token": {}}
+    report: dict[str, Any] = {"models": {}}
     for model in args.models:
         path = model_path(args.home, model)
         report["models"][model] = {}
-        for config in args.configs:
-            report["models"][model][config.name] = run_config(model, path, config, args)
-            print(f"[{model} / {config.name}] done at {time.monotonic() - started:.0f} s", file=sys.stderr)
-        report["link_cost_ms_per_token"][model] = per_token_cost(report["models"][model])
+        for group in args.groups:
+            report["models"][model].update(run_group(model, path, group, args))
+            write_json(args.out.with_suffix(".partial.json"), report)  # what is done so far, if a later step fails
+            print(f"[{model} / {group.name}] done at {time.monotonic() - started:.0f} s", file=sys.stderr)
     payload = {
         "benchmark": "rpc",
         "machine": machine_info(),
@@ -347,6 +376,7 @@ def main() -> int:
         **report,
     }
     write_json(args.out, payload)
+    args.out.with_suffix(".partial.json").unlink(missing_ok=True)
     print(render(report))
     print(f"\n{payload['seconds']:.0f} s; load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}")
     return 0
