@@ -116,7 +116,7 @@ def model_path(home: Path, name: str) -> Path:
         files = json.loads(manifest.read_text())["files"]
     except (OSError, ValueError, KeyError) as exc:
         raise BenchError(f"no model {name} in {home} ({exc}): pull it, or run its tests once") from exc
-    return home / "models" / files[0]["path"]
+    return home / "models" / str(files[0]["path"])
 
 
 class Process:
