@@ -13,6 +13,7 @@ from localinfer.config import Settings
 from localinfer.engine.engine import Engine, ServedAs
 from localinfer.hardware.detect import detect
 from localinfer.hardware.profile import HardwareProfile
+from localinfer.hardware.rpc_devices import RemoteDevice
 from localinfer.models.library import ModelLibrary, ServedModels
 from localinfer.models.store import Manifest, ModelSource
 
@@ -36,16 +37,18 @@ def local_stack(
     served: Manifest | None = None,
     original: str | None = None,
     serving: str | None = None,
+    rpc_devices: tuple[RemoteDevice, ...] = (),
 ) -> LocalStack:
     """Everything an in-process engine needs, built from ``settings``. ``names_only`` (anything that answers
     HTTP clients): models are resolved by name only, never as paths, ``served`` (the model the command line
     named, perhaps as a path, under its own name; ``original``: the name it is listed under) among them; without,
-    the library resolves paths too (the person at the keyboard). ``serving``: the URL the API is served at."""
+    the library resolves paths too (the person at the keyboard). ``serving``: the URL the API is served at.
+    ``rpc_devices``: the RPC workers' devices and the memory they offered at start, for the planner."""
     library = library or ModelLibrary.from_settings(settings)
     hardware = hardware or detect()
     models: ModelSource = ServedModels(library, served, original=original) if names_only else library
     served_as = {served.name: ServedAs(settings.chat_template, settings.pooling or "")} if served is not None else {}
     backends = engine_backends(settings.engine)  # Hugging Face folders on the engine the settings name
-    engine = Engine(settings, models, backends, hardware=hardware, served_as=served_as)
+    engine = Engine(settings, models, backends, hardware=hardware, served_as=served_as, rpc_devices=rpc_devices)
     client = LocalClient(engine, library, settings, serving=serving)
     return LocalStack(settings, library, hardware, models, engine, client)

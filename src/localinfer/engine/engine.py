@@ -68,6 +68,7 @@ from localinfer.errors import (
 from localinfer.hardware.model_profile import ModelProfile, from_path, with_draft
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
+from localinfer.hardware.rpc_devices import RemoteDevice
 from localinfer.models.store import Manifest, ModelSource
 from localinfer.types import (
     DEFAULT_KV_CACHE_TYPE,
@@ -112,14 +113,18 @@ class Engine:
         clock: Clock = time.monotonic,
         free_memory: MemoryProbe | None = None,
         served_as: Mapping[str, ServedAs] | None = None,
+        rpc_devices: tuple[RemoteDevice, ...] = (),
     ) -> None:
         """Each model is served by the backend its format maps to in ``backend_factory`` (llama.cpp for GGUF,
         ONNX Runtime for ONNX), or by the one factory given. With ``hardware``, each model loads as the planner
         says (GPU layers, context, slots, threads, ONNX Runtime provider), except where the settings say
         otherwise; without, as the settings say. ``clock`` and ``free_memory`` (default: the machine's) are the
         scheduler's. ``served_as`` says how the models it names are served otherwise than their files say (the
-        model ``serve`` was started with: ``--chat-template``, ``--pooling``)."""
+        model ``serve`` was started with: ``--chat-template``, ``--pooling``). ``rpc_devices``: the RPC workers'
+        devices with the memory each offered when ``serve`` started (before any model took some), which the
+        planner splits GGUF models' layers by; without, it counts the workers only."""
         self._settings = settings
+        self._rpc_devices = rpc_devices
         self._served_as = dict(served_as or {})
         self._models = models
         self._backend_factory = with_rpc_child(backend_factory, settings)  # GGUF models on RPC workers: a child
@@ -224,6 +229,7 @@ class Engine:
             cache_type_v=s.cache_type_v,
             flash_attn=s.flash_attn,
             rpc_workers=len(parse_endpoints(s.rpc)),
+            rpc_devices=self._rpc_devices,
             engine=engine_for(manifest, s.engine) if manifest.format in RELAYED_FORMATS else s.engine,
             engine_asked=s.engine is not None,
         )

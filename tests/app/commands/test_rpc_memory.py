@@ -107,3 +107,33 @@ def test_hw_plan_names_a_worker_it_cannot_reach(test_home: Path, smollm2: Manife
     assert lines[0].startswith(f"localinfer: RPC worker 127.0.0.1:{port}: cannot connect")
     assert lines[1] == f"hint: start it there: localinfer rpc --host ADDRESS --port {port}"
     assert "Traceback" not in done.stderr
+
+
+@pytest.fixture(scope="module")
+def small_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Two workers offering 300 MiB and 200 MiB: room for SmolLM2's last layer and output, not all of it."""
+    folder = tmp_path_factory.mktemp("rpc-small")
+    started = [_start_capped_worker(folder, folder / f"worker-{mem}.log", mem) for mem in ("300M", "200M")]
+    try:
+        yield [endpoint for _, endpoint in started]
+    finally:
+        for process, _ in started:
+            if process.poll() is None:
+                stop_worker(process)
+
+
+def test_serve_keeps_on_the_cpu_the_layers_the_workers_memory_cannot_hold_as_hw_plan_said(
+    small_workers: list[str], test_home: Path, smollm2: Manifest, tmp_path: Path
+) -> None:
+    rpc, small = ",".join(small_workers), ("--ctx-size", "512", "--parallel", "1")
+    planned = next(
+        line
+        for line in _plan_lines(test_home, smollm2.name, "--rpc", rpc, "--ctx", "512", "--parallel", "1")
+        if line.startswith("- layers")
+    )
+    assert planned.startswith("- layers 0-28 on CPU, 29 and the output on RPC0 (")  # the rest stays here
+    with serving(smollm2.name, test_home, tmp_path, *small, "--rpc", rpc) as server:
+        body = {"model": smollm2.name, "prompt": "Hi", "max_tokens": 1}
+        assert httpx.post(f"{server.url}/v1/completions", json=body, timeout=300).status_code == 200  # loaded
+        loaded = next(line for line in server.output().splitlines() if "rpc_child" in line and "layers" in line)
+    assert planned.removeprefix("- ") in loaded

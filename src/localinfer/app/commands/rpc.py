@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localinfer.backends.llamacpp.layer_split import parse_tensor_split
-from localinfer.backends.llamacpp.rpc_wire import DEFAULT_PORT, SAFE_WAYS, exposure, parse_endpoints, probe
+from localinfer.backends.llamacpp.rpc_wire import (
+    DEFAULT_PORT,
+    SAFE_WAYS,
+    exposure,
+    parse_endpoints,
+    remote_devices,
+)
 from localinfer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -19,6 +25,7 @@ if TYPE_CHECKING:
 
     from localinfer.backends.llamacpp.rpc import Device
     from localinfer.config import Settings
+    from localinfer.hardware.rpc_devices import RemoteDevice
 
 UNSAFE_FLAG = "--i-know-this-is-unauthenticated"
 
@@ -86,14 +93,12 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def check_workers(settings: Settings) -> tuple[str, ...]:
-    """Every RPC worker in the settings answers and speaks our protocol; their addresses. Raises RpcWorkerError
-    (naming the first that does not) or ConfigError (an address that is not one)."""
+def check_workers(settings: Settings) -> tuple[RemoteDevice, ...]:
+    """Every RPC worker in the settings answers and speaks our protocol; their devices, with the memory each
+    offers now (before any model is loaded onto them), which the planner splits layers by. Raises RpcWorkerError
+    (naming the first that does not answer) or ConfigError (an address that is not one)."""
     parse_tensor_split(settings.tensor_split)
-    endpoints = parse_endpoints(settings.rpc)
-    for endpoint in endpoints:
-        probe(endpoint)
-    return endpoints
+    return remote_devices(parse_endpoints(settings.rpc))
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

@@ -299,7 +299,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 f"refusing to listen on {host} without an API key: anyone on the network could use it",
                 hint="set one with --api-key KEY or LOCALINFER_API_KEY=KEY, or bind 127.0.0.1",
             )
-    rpc_flags.check_workers(settings)  # before anything loads: llama.cpp aborts on a worker it cannot reach
+    # before anything loads (llama.cpp aborts on a worker it cannot reach), while the workers' memory is all free
+    rpc_devices = rpc_flags.check_workers(settings)
     library = ModelLibrary.from_settings(settings)
     hardware = detect()
     if settings.speculation == "draft":  # found (or pulled) once, here: a missing draft fails now, in one line
@@ -313,13 +314,19 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 f"{flag} changes the model the server is started with, and none is named",
                 hint=f"name it: localinfer serve MODEL {flag} ...",
             )
-        stack = local_stack(settings, library=library, hardware=hardware, serving=url)
+        stack = local_stack(settings, library=library, hardware=hardware, serving=url, rpc_devices=rpc_devices)
         default = _default_model(stack.models, settings.model)
         message = f"localinfer: serving on {url}/v1; models load on their first request"
     else:
         preload, original = _model_to_serve(args, settings, library, hardware)
         stack = local_stack(
-            settings, library=library, hardware=hardware, served=preload, original=original, serving=url
+            settings,
+            library=library,
+            hardware=hardware,
+            served=preload,
+            original=original,
+            serving=url,
+            rpc_devices=rpc_devices,
         )
         stack.engine.check_plan(preload)  # a model this machine cannot run (vLLM's without its GPU) fails here
         default = preload.name
