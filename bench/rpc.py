@@ -105,7 +105,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS_DIR / "rpc.json")
     args = p.parse_args()
     args.models = [m for m in args.models.split(",") if m]
-    args.groups = [GROUPS[g.strip()] for g in args.groups.split(",") if g.strip()]
+    names = [g.strip() for g in args.groups.split(",") if g.strip()]
+    unknown = [name for name in names if name not in GROUPS]
+    if unknown:
+        p.error(f"--groups: no group {', '.join(unknown)} (choose among: {', '.join(GROUPS)})")
+    args.groups = [GROUPS[name] for name in names]
     return args
 
 
