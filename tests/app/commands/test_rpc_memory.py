@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -47,17 +47,23 @@ def _start_capped_worker(home: Path, log: Path, mem: str) -> tuple[subprocess.Po
                 process.wait(timeout=0.1)
 
 
-@pytest.fixture(scope="module")
-def capped_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """Two workers offering 1 GiB and 3 GiB."""
-    folder = tmp_path_factory.mktemp("rpc-capped")
-    started = [_start_capped_worker(folder, folder / f"worker-{mem}.log", mem) for mem in ("1G", "3072")]
+@contextmanager
+def _capped_workers(folder: Path, *mems: str) -> Iterator[list[str]]:
+    """Workers offering ``mems`` each, stopped when the block ends; their addresses."""
+    started = [_start_capped_worker(folder, folder / f"worker-{mem}.log", mem) for mem in mems]
     try:
         yield [endpoint for _, endpoint in started]
     finally:
         for process, _ in started:
             if process.poll() is None:
                 stop_worker(process)
+
+
+@pytest.fixture(scope="module")
+def capped_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Two workers offering 1 GiB and 3 GiB."""
+    with _capped_workers(tmp_path_factory.mktemp("rpc-capped"), "1G", "3072") as endpoints:
+        yield endpoints
 
 
 def _plan_lines(test_home: Path, *args: str) -> list[str]:
@@ -112,14 +118,8 @@ def test_hw_plan_names_a_worker_it_cannot_reach(test_home: Path, smollm2: Manife
 @pytest.fixture(scope="module")
 def small_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """Two workers offering 300 MiB and 200 MiB: room for SmolLM2's last layer and output, not all of it."""
-    folder = tmp_path_factory.mktemp("rpc-small")
-    started = [_start_capped_worker(folder, folder / f"worker-{mem}.log", mem) for mem in ("300M", "200M")]
-    try:
-        yield [endpoint for _, endpoint in started]
-    finally:
-        for process, _ in started:
-            if process.poll() is None:
-                stop_worker(process)
+    with _capped_workers(tmp_path_factory.mktemp("rpc-small"), "300M", "200M") as endpoints:
+        yield endpoints
 
 
 def test_serve_keeps_on_the_cpu_the_layers_the_workers_memory_cannot_hold_as_hw_plan_said(
