@@ -42,7 +42,7 @@ def expected_argv(engine: str, folder: str, port: int, key: str) -> list[str]:
         "vllm": ["--model", folder, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", NAME,
                  "--max-model-len", "512", "--tensor-parallel-size", "2"],
         "sglang": ["--model-path", folder, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", NAME,
-                   "--context-length", "512", "--tp-size", "2", "--api-key", key],  # the key added in-process
+                   "--context-length", "512", "--tp-size", "2", f"--api-key={key}"],  # the key added in-process
         "tgi": ["--model-id", folder, "--hostname", "127.0.0.1", "--port", str(port), "--usage-stats", "off",
                 "--max-total-tokens", "512", "--num-shard", "2"],
         "trtllm": [folder, "--host", "127.0.0.1", "--port", str(port), "--max_seq_len", "512", "--tp_size", "2"],
@@ -129,6 +129,28 @@ def test_keyed_main_starts_no_engine_without_its_key(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert done.stderr == f"keyed_main: {KEY_ENV} is not set: the engine would start without its key\n"
+
+
+def test_keyed_main_gives_a_key_that_starts_with_a_dash_as_the_flags_value(tmp_path: Path) -> None:
+    (tmp_path / "takes_key.py").write_text(
+        "import argparse\n"
+        "p = argparse.ArgumentParser()\n"
+        "p.add_argument('--api-key', required=True)\n"
+        "print(p.parse_args().api_key)\n"
+    )
+    env = {**os.environ, KEY_ENV: "-starts-like-a-flag", "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", KEYED_MAIN, "--key-flag=--api-key", "takes_key"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (0, "-starts-like-a-flag\n"), done.stderr
+
+
+def test_generated_engine_keys_never_start_with_a_dash() -> None:
+    assert not any(EngineProcess.new_key().startswith("-") for _ in range(2000))
 
 
 FAILURE_LINES = {

@@ -3,7 +3,7 @@ the OS shows every local user (``ps``, ``/proc/PID/cmdline``)::
 
     python -m localinfer.backends.engine_process.keyed_main --key-flag=--api-key sglang.launch_server ARGS...
 
-runs ``sglang.launch_server`` as ``python -m sglang.launch_server ARGS... --api-key KEY`` would (``sys.argv`` as
+runs ``sglang.launch_server`` as ``python -m sglang.launch_server ARGS... --api-key=KEY`` would (``sys.argv`` as
 the module reads it, ``__name__`` ``"__main__"``), the key read from ``LOCALINFER_ENGINE_KEY``. The variable is
 removed from the environment first, so the engine's own children do not inherit it. Only this process's user (and
 root) can read its environment; any user can read its command line.
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> None:
     key = os.environ.pop(KEY_ENV, "")
     if not key:
         sys.exit(f"keyed_main: {KEY_ENV} is not set: the engine would start without its key")
-    sys.argv = [module, *args, flag, key]
+    sys.argv = [module, *args, f"{flag}={key}"]  # one word: a key may start with '-', which argparse reads as a flag
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 

@@ -59,12 +59,18 @@ class EngineProcess:
     def __init__(self, launch: LaunchFor, *, log_path: Path, env: Mapping[str, str] | None = None) -> None:
         self.launch_for = launch
         self.log_path = log_path
-        self.api_key = secrets.token_urlsafe(32)
+        self.api_key = self.new_key()
         self.port = 0
         self.launch: Launch | None = None
         self._env = dict(env) if env is not None else None
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize[..., EngineProcess] | None = None
+
+    @staticmethod
+    def new_key() -> str:
+        """A key for one engine process: 64 hex digits, so it never starts with '-' (a command line would take it
+        for a flag) and needs no quoting anywhere."""
+        return secrets.token_hex(32)
 
     @property
     def url(self) -> str:
