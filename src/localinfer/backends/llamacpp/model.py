@@ -52,10 +52,9 @@ def _init_backend() -> None:
         _backend_ready = True
 
 
-@contextmanager
-def vocabulary(path: Path) -> Iterator[lc.llama_vocab_p]:
-    """The vocabulary of the GGUF at ``path``, read without its weights (llama.cpp's vocab_only). Raises
-    ModelLoadError when llama.cpp cannot read it."""
+def _load_vocab_only(path: Path) -> lc.llama_model_p:
+    """The GGUF at ``path`` loaded without its weights (llama.cpp's vocab_only), to be freed by the caller. Raises
+    ModelLoadError when the file is missing or llama.cpp cannot read it."""
     if not path.is_file():
         raise ModelLoadError(f"model file not found: {path}", hint="check the path, or 'localinfer ls'")
     _init_backend()
@@ -66,6 +65,14 @@ def vocabulary(path: Path) -> Iterator[lc.llama_vocab_p]:
         raise ModelLoadError(
             f"llama.cpp could not read the vocabulary of {path}", hint="check that the file is a complete GGUF"
         )
+    return model
+
+
+@contextmanager
+def vocabulary(path: Path) -> Iterator[lc.llama_vocab_p]:
+    """The vocabulary of the GGUF at ``path``, read without its weights (llama.cpp's vocab_only). Raises
+    ModelLoadError when llama.cpp cannot read it."""
+    model = _load_vocab_only(path)
     try:
         yield lc.llama_model_get_vocab(model)
     finally:
@@ -175,14 +182,7 @@ class LlamaModel:
     def vocab_only(cls, path: Path) -> LlamaModel:
         """``path``'s vocabulary and metadata without its weights or a context (llama.cpp's vocab_only), to
         tokenize and read facts in a process that does not run the model. Raises ModelLoadError."""
-        if not path.is_file():
-            raise ModelLoadError(f"model file not found: {path}", hint="check the path, or 'localinfer ls'")
-        _init_backend()
-        params = lc.llama_model_default_params()
-        params.vocab_only = True
-        model = lc.llama_model_load_from_file(str(path).encode(), params)
-        if not model:
-            raise ModelLoadError(f"llama.cpp could not read {path}", hint="check that the file is a complete GGUF")
+        model = _load_vocab_only(path)
         return cls(model, lc.llama_model_get_vocab(model), None, 0, 0, 1)
 
     @classmethod
