@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import llama_cpp.llama_cpp as lc
 
@@ -52,9 +53,9 @@ def _init_backend() -> None:
         _backend_ready = True
 
 
-def _load_vocab_only(path: Path) -> lc.llama_model_p:
-    """The GGUF at ``path`` loaded without its weights (llama.cpp's vocab_only), to be freed by the caller. Raises
-    ModelLoadError when the file is missing or llama.cpp cannot read it."""
+def _load_vocab_only(path: Path) -> Any:
+    """The GGUF at ``path`` loaded without its weights (llama.cpp's vocab_only: a ``llama_model_p``), to be freed by
+    the caller. Raises ModelLoadError when the file is missing or llama.cpp cannot read it."""
     if not path.is_file():
         raise ModelLoadError(f"model file not found: {path}", hint="check the path, or 'localinfer ls'")
     _init_backend()
