@@ -48,7 +48,7 @@ class InfillBody(CompletionBody):
     prompt: str = ""  # typed on the cursor's line: it continues the prefix
     n_indent: int = Field(0, ge=0)
     t_max_predict_ms: float = Field(0.0, ge=0.0)
-    t_max_prompt_ms: float = 0.0  # llama-server takes it and does not enforce it ("TODO: not yet supported")
+    t_max_prompt_ms: float = 0.0  # llama-server takes it and ignores it (not supported yet, its source says)
 
     def to_core(self, model: str) -> InfillRequest:
         """The engine's request. Raises InvalidRequest naming a field we cannot honour."""
