@@ -132,26 +132,9 @@ async def test_a_forgotten_engine_is_stopped_when_collected(standin: list[str], 
     assert not group_members(pid)
 
 
-def test_an_exiting_localinfer_leaves_no_engine_behind(standin: list[str], tmp_path: Path) -> None:
-    parent = f"""
-        import asyncio
-        from pathlib import Path
-        from localinfer.backends.engine_process.launcher import EngineProcess, openai_server
-        launch = openai_server({standin!r}, key_env="VLLM_API_KEY")
-        process = EngineProcess(launch, log_path=Path({str(tmp_path / "engine.log")!r}))
-        process.start()
-        asyncio.run(process.wait_ready(30))
-        print(process.pid, flush=True)
-    """
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(parent)], capture_output=True, text=True, timeout=60, check=True
-    )
-    pid = int(done.stdout.split()[-1])
-    assert not group_members(pid)
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_killed_localinfer_leaves_no_engine_behind(standin: list[str], tmp_path: Path) -> None:
+def parent_starting_an_engine(standin: list[str], tmp_path: Path, *, then: str = "") -> list[str]:
+    """A localinfer-like Python process that starts the stand-in engine, prints its pid once ready, then runs
+    ``then`` (a statement)."""
     parent = f"""
         import asyncio, time
         from pathlib import Path
@@ -161,9 +144,22 @@ def test_a_killed_localinfer_leaves_no_engine_behind(standin: list[str], tmp_pat
         process.start()
         asyncio.run(process.wait_ready(30))
         print(process.pid, flush=True)
-        time.sleep(300)
+        {then}
     """
-    localinfer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(parent)], stdout=subprocess.PIPE, text=True)
+    return [sys.executable, "-c", textwrap.dedent(parent)]
+
+
+def test_an_exiting_localinfer_leaves_no_engine_behind(standin: list[str], tmp_path: Path) -> None:
+    command = parent_starting_an_engine(standin, tmp_path)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    pid = int(done.stdout.split()[-1])
+    assert not group_members(pid)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_localinfer_leaves_no_engine_behind(standin: list[str], tmp_path: Path) -> None:
+    command = parent_starting_an_engine(standin, tmp_path, then="time.sleep(300)")
+    localinfer = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert localinfer.stdout is not None
         pid = int(localinfer.stdout.readline())
