@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -146,8 +147,24 @@ def test_a_port_that_is_no_worker_is_refused_at_the_handshake() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         port = listener.getsockname()[1]
-        with pytest.raises(RpcWorkerError, match="no answer"):
+        with pytest.raises(RpcWorkerError, match="took the connection but gave no handshake"):
             probe(f"127.0.0.1:{port}", timeout=0.5)  # accepted by the kernel, never answered
+
+
+def test_a_worker_serving_another_client_is_reported_busy(tmp_path: Path) -> None:
+    """A worker serves one client at a time and keeps the next in its backlog: a second server that asks for it
+    is told the worker is busy, not that it is down."""
+    process, port = start_worker(tmp_path, tmp_path / "worker.log")
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as first:
+            first.sendall(struct.pack("<BQ", 14, 24) + bytes(24))  # HELLO (command 14, 24 bytes of capabilities)
+            assert len(first.recv(64)) > 0  # answered: the worker serves this connection now
+            with pytest.raises(RpcWorkerError) as caught:
+                probe(f"127.0.0.1:{port}", timeout=0.5)
+        assert "busy with another client" in caught.value.message
+        assert "Give each server workers of its own" in caught.value.hint
+    finally:
+        stop_worker(process)
 
 
 def test_addresses_are_parsed_as_llama_server_takes_them() -> None:

@@ -119,14 +119,16 @@ def _session(endpoint: str, timeout: float) -> Iterator[tuple[socket.socket, tup
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
     except TimeoutError as exc:
-        raise _silent(endpoint, timeout) from exc
+        raise RpcWorkerError(
+            endpoint, f"no answer in {timeout:g} s (the connection was not taken)", hint=f"is it up? {start}"
+        ) from exc
     except OSError as exc:
         raise RpcWorkerError(endpoint, f"cannot connect ({exc.strerror or exc})", hint=start) from exc
     with sock:
         try:
             answer = _command(sock, _HELLO, bytes(_CAPS))
         except TimeoutError as exc:
-            raise _silent(endpoint, timeout) from exc
+            raise _busy(endpoint, timeout) from exc
         except OSError as exc:
             raise RpcWorkerError(endpoint, f"cannot connect ({exc.strerror or exc})", hint=start) from exc
         except ValueError:
@@ -144,11 +146,14 @@ def _session(endpoint: str, timeout: float) -> Iterator[tuple[socket.socket, tup
         yield sock, version
 
 
-def _silent(endpoint: str, timeout: float) -> RpcWorkerError:
+def _busy(endpoint: str, timeout: float) -> RpcWorkerError:
+    """A worker that took the connection and gave no handshake: it serves another client (it serves one at a time
+    and holds the next in its backlog), or it is stuck."""
     return RpcWorkerError(
         endpoint,
-        f"no answer in {timeout:.0f} s",
-        hint="a worker serves one client at a time: is another localinfer or llama-server using it?",
+        f"took the connection but gave no handshake in {timeout:g} s: busy with another client (a worker serves "
+        "one at a time), or not an RPC worker",
+        hint="is another localinfer or llama-server using it? Give each server workers of its own",
     )
 
 
