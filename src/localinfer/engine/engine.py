@@ -34,7 +34,6 @@ from localinfer.backends.base import (
     not_a_reranker,
     reranker_refusal,
 )
-from localinfer.backends.llamacpp.layer_split import parse_tensor_split
 from localinfer.backends.llamacpp.rpc_child import with_rpc_child
 from localinfer.backends.llamacpp.rpc_wire import parse_endpoints
 from localinfer.backends.registry import (
@@ -65,6 +64,7 @@ from localinfer.errors import (
     ModelNotReady,
     ServerShuttingDown,
 )
+from localinfer.hardware.layer_split import parse_tensor_split
 from localinfer.hardware.model_profile import ModelProfile, from_path, with_draft
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile

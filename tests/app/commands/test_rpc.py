@@ -16,9 +16,9 @@ import httpx
 import openai
 import pytest
 
-from localinfer.backends.llamacpp.layer_split import assign, describe, parse_tensor_split
 from localinfer.backends.llamacpp.rpc_wire import RpcWorkerError, exposure, parse_endpoints, probe
 from localinfer.errors import ConfigError
+from localinfer.hardware.layer_split import assign, describe, parse_tensor_split
 from localinfer.models.store import Manifest
 from tests.app.commands.rpc_workers import cli, start_worker, stop_worker
 from tests.app.server.conftest import Server, free_port, serving

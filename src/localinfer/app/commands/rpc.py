@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from localinfer.backends.llamacpp.layer_split import parse_tensor_split
 from localinfer.backends.llamacpp.rpc_wire import (
     DEFAULT_PORT,
     SAFE_WAYS,
@@ -19,6 +18,7 @@ from localinfer.backends.llamacpp.rpc_wire import (
     remote_devices,
 )
 from localinfer.errors import ConfigError
+from localinfer.hardware.layer_split import parse_tensor_split
 
 if TYPE_CHECKING:
     import argparse

@@ -16,9 +16,9 @@ from functools import cache
 from pathlib import Path
 
 from localinfer.backends.base import DeviceUse
-from localinfer.backends.llamacpp import layer_split
 from localinfer.backends.llamacpp.rpc_wire import probe
 from localinfer.errors import ConfigError
+from localinfer.hardware import layer_split
 from localinfer.models.metadata.gguf import TensorEntry, read_gguf_tensors
 
 log = logging.getLogger(__name__)
