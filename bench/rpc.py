@@ -17,7 +17,8 @@ server; the reply is greedy and exactly `--tokens` tokens (ignore_eos). Decode t
 the time from the first to the last streamed token; prompt tok/s = prompt tokens over the time to the first token.
 Reported: the median and min-max over rounds of each figure, of the ratio localinfer / llama-server taken round by
 round, and of the milliseconds a link adds to each decoded token against the same engine on plain loopback in the
-same round. localinfer runs with `--spec off` (llama-server does not speculate by default).
+same round; and in how many rounds the two engines wrote the same greedy text. localinfer runs with `--spec off`
+(llama-server does not speculate by default).
 
 One thread per server and per worker by default: on a machine of two cores shared with other work, two threads each
 (four spinning at once when a worker and its server both compute) made llama.cpp's thread barriers stall for tens of
@@ -102,6 +103,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="threads of every server and worker (default 1)")
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--llama-cpp-bin", type=Path, help="folder with llama-server and ggml-rpc-server (default: built)")
+    p.add_argument(
+        "--hide-gpu-from-servers",
+        action="store_true",
+        help="start the servers with CUDA_VISIBLE_DEVICES='' so that, on one machine with a GPU, the layers go to "
+        "the workers' GPU (each worker lends its GPUs by default) and none to the server's own",
+    )
     p.add_argument("--out", type=Path, default=RESULTS_DIR / "rpc.json")
     args = p.parse_args()
     args.models = [m for m in args.models.split(",") if m]
@@ -233,10 +240,13 @@ def server_command(
     if engine == "localinfer":
         cmd = [sys.executable, "-m", "localinfer.app.cli", "serve", model, "--host", HOST, "--port", str(port)]
         cmd += ["--threads", str(args.threads), "--ctx-size", str(args.ctx), "--parallel", "1", "--spec", "off"]
-        return cmd + common_rpc
-    cmd = [str(args.bin_dir / "llama-server"), "-m", str(path), "--host", HOST, "--port", str(port)]
-    cmd += ["-t", str(args.threads), "-c", str(args.ctx), "-np", "1", "-fit", "off"]
-    return cmd + common_rpc + (["-ngl", "99"] if endpoints else [])
+        cmd += common_rpc
+    else:
+        cmd = [str(args.bin_dir / "llama-server"), "-m", str(path), "--host", HOST, "--port", str(port)]
+        cmd += ["-t", str(args.threads), "-c", str(args.ctx), "-np", "1", "-fit", "off"]
+        cmd += common_rpc + (["-ngl", "99"] if endpoints else [])
+    # env replaces itself with the server (one process, the same pid), its GPUs hidden
+    return ["env", "CUDA_VISIBLE_DEVICES=", *cmd] if args.hide_gpu_from_servers else cmd
 
 
 def prompt(words: int, rng: random.Random) -> str:
@@ -256,6 +266,7 @@ def run_group(model: str, path: Path, group: Group, args: argparse.Namespace) ->
     logs = RESULTS_DIR / "logs" / "rpc" / f"{model}-{group.name.replace(' ', '-')}"
     variants = [(engine, rtt) for rtt in group.rtts_ms for engine in ENGINES]
     samples: dict[tuple[str, float], dict[str, list[float]]] = {v: {"decode": [], "prompt": []} for v in variants}
+    same_text = {rtt: 0 for rtt in group.rtts_ms}  # measured rounds where both engines wrote the same greedy text
     commands: dict[tuple[str, float], list[str]] = {}
     handshake: dict[tuple[str, float], float] = {}
     with contextlib.ExitStack() as stack:
@@ -278,20 +289,26 @@ def run_group(model: str, path: Path, group: Group, args: argparse.Namespace) ->
                 if round_no % 2:
                     order.reverse()
                 text = prompt(args.prompt_words, rng)  # the same for every server in a round
+                written: dict[tuple[str, float], str] = {}
                 for variant in order:
                     body = greedy_body(ids[variant], args.tokens, prompt=text)
                     stats = stream_completion(client, servers[variant].base_url, body)
                     if stats.tokens != args.tokens:
                         raise BenchError(f"{variant} gave {stats.tokens} tokens, not {args.tokens}")
+                    written[variant] = stats.text
                     if round_no:
                         samples[variant]["decode"].append(stats.decode_tps)
                         samples[variant]["prompt"].append((stats.prompt_tokens or 0) / stats.ttft_s)
+                if round_no:
+                    for rtt in group.rtts_ms:
+                        same_text[rtt] += written["localinfer", rtt] == written["llama-server", rtt]
     results: dict[str, dict[str, Any]] = {}
     for rtt in group.rtts_ms:
         result: dict[str, Any] = {
             "commands": {e: commands[e, rtt] for e in ENGINES},
             "handshake_rtt_ms": {e: handshake[e, rtt] for e in ENGINES} if rtt else None,
             "samples": {e: samples[e, rtt] for e in ENGINES},
+            "rounds_with_the_same_text": f"{same_text[rtt]} of {args.rounds}",
         }
         for kind in ("decode", "prompt"):
             ours, theirs = samples["localinfer", rtt][kind], samples["llama-server", rtt][kind]
@@ -318,8 +335,8 @@ def spread(values: list[float]) -> dict[str, float]:
 def render(report: dict[str, Any]) -> str:
     lines = [
         "| model | configuration | decode tok/s localinfer | llama-server | ratio (min-max) "
-        "| prompt tok/s localinfer | llama-server | ratio (min-max) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| prompt tok/s localinfer | llama-server | ratio (min-max) | same greedy text |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for model, results in report["models"].items():
         for name, res in results.items():
@@ -332,6 +349,7 @@ def render(report: dict[str, Any]) -> str:
                     f"{r['llama-server']['median']:.1f}",
                     f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})",
                 ]
+            cells.append(res.get("rounds_with_the_same_text", "-"))
             lines.append(f"| {model} | {name} | " + " | ".join(cells) + " |")
     costs = [(m, n, r) for m, results in report["models"].items() for n, r in results.items() if r["handshake_rtt_ms"]]
     if costs:
