@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from localinfer.backends.base import DeviceUse
 from localinfer.client.base import LoadedModelStatus
 
 
@@ -25,3 +26,14 @@ def test_placement_reads_as_ollama_ps_says_it() -> None:
     assert status(memory_bytes=1000, vram_bytes=1000).placement() == "100% GPU"
     assert status(memory_bytes=1000, vram_bytes=700).placement() == "30%/70% CPU/GPU"
     assert status(size_bytes=0).placement() == "100% CPU"
+
+
+def test_placement_names_rpc_workers_as_such_not_as_a_gpu() -> None:
+    """Layers offloaded to RPC workers are on other machines (which may lend a CPU): ``RPC``, not ``GPU``."""
+    cpu, rpc0 = DeviceUse("CPU", "local", 30), DeviceUse("RPC0", "10.0.0.2:50052", 970)
+    split = (cpu, rpc0, DeviceUse("RPC1", "10.0.0.3:50052", 2000))
+    assert status(memory_bytes=1000, vram_bytes=1000, devices=(cpu, rpc0)).placement() == "3%/97% CPU/RPC"
+    assert status(devices=(DeviceUse("RPC0", "10.0.0.2:50052", 5),)).placement() == "100% RPC"
+    assert status(devices=split).placement() == "1%/99% CPU/RPC"
+    local_gpu = (cpu, DeviceUse("CUDA0", "local", 470), DeviceUse("RPC0", "10.0.0.2:50052", 500))
+    assert status(devices=local_gpu).placement() == "3%/47%/50% CPU/GPU/RPC"

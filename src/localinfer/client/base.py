@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,12 +59,35 @@ class LoadedModelStatus:
         return f"in {seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"in {seconds} s"
 
     def placement(self) -> str:
-        """Where its memory is, as ``ollama ps`` says it: ``100% CPU``, ``100% GPU`` or ``30%/70% CPU/GPU``."""
+        """Where its memory is, as ``ollama ps`` says it: ``100% CPU``, ``100% GPU`` or ``30%/70% CPU/GPU``; a
+        model on RPC workers counts what they hold as ``RPC`` (another machine's, whatever device it lends):
+        ``3%/97% CPU/RPC``."""
+        if any(d.where != "local" for d in self.devices):
+            return _shares((_kind(d), d.size_bytes) for d in self.devices)
         total = self.memory_bytes or self.size_bytes
         gpu = round(100 * self.vram_bytes / total) if total else 0
         if gpu <= 0:
             return "100% CPU"
         return "100% GPU" if gpu >= 100 else f"{100 - gpu}%/{gpu}% CPU/GPU"
+
+
+def _kind(device: DeviceUse) -> str:
+    if device.where != "local":
+        return "RPC"
+    return "CPU" if device.name.upper().startswith("CPU") else "GPU"
+
+
+def _shares(parts: Iterable[tuple[str, int]]) -> str:
+    """``a%/b% X/Y`` of the bytes per kind (CPU, GPU, RPC, in that order), kinds under half a percent left out."""
+    sizes = dict.fromkeys(("CPU", "GPU", "RPC"), 0)
+    for kind, size in parts:
+        sizes[kind] += size
+    total = sum(sizes.values()) or 1
+    shown = [(kind, round(100 * size / total)) for kind, size in sizes.items() if round(100 * size / total) > 0]
+    if not shown:
+        return "100% CPU"
+    shown[-1] = (shown[-1][0], 100 - sum(share for _, share in shown[:-1]))  # the shares add up to 100
+    return "/".join(f"{share}%" for _, share in shown) + " " + "/".join(kind for kind, _ in shown)
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,9 @@ def test_ps_shows_the_devices_a_split_model_spans_and_what_each_holds(
     table = subprocess.run(cli("ps", "--url", split_server.url, home=tmp_path), capture_output=True, text=True)
     assert table.stdout.splitlines()[0].endswith("DEVICES")
     assert f"RPC1 (127.0.0.1:{workers[1]}) " in table.stdout
+    row = table.stdout.splitlines()[1]
+    assert "% CPU/RPC" in row and "GPU" not in row  # the workers lend their CPUs here: no GPU anywhere
+    assert " layers offloaded)" not in row and " offloaded layers)" in row
 
 
 def test_health_lists_the_workers_a_loaded_model_is_on(

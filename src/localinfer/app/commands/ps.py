@@ -60,6 +60,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _offloaded(m: LoadedModelStatus) -> str:
+    """What the offloaded layers are on: ``GPU``, or ``offloaded`` where RPC workers hold some (another machine's
+    devices, which may be its CPU)."""
+    return "offloaded" if any(d.where != "local" for d in m.devices) else "GPU"
+
+
 def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
     if not models:
         return "no model is loaded"
@@ -69,7 +75,7 @@ def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
             m.name,
             f"{(m.memory_bytes or m.size_bytes) / _MB:.0f} MB",
             m.placement(),
-            m.backend + (f" ({m.gpu_layers} GPU layers)" if m.gpu_layers else ""),
+            m.backend + (f" ({m.gpu_layers} {_offloaded(m)} layers)" if m.gpu_layers else ""),
             str(m.context_length),
             m.kv_cache(),
             str(m.slots),
