@@ -34,8 +34,8 @@ class BenchError(RuntimeError):
     """A benchmark step failed; the message says which and why."""
 
 
-def llama_cpp_bin(explicit: Path | None) -> Path:
-    """The folder with llama-server and llama-bench: the one given, else bench/build-llama-cpp's output."""
+def llama_cpp_bin(explicit: Path | None, tools: Sequence[str] = ("llama-server", "llama-bench")) -> Path:
+    """The folder with llama.cpp's ``tools``: the one given, else bench/build-llama-cpp's output."""
     if explicit is not None:
         folder = explicit
     else:
@@ -46,7 +46,7 @@ def llama_cpp_bin(explicit: Path | None) -> Path:
         if proc.returncode != 0 or not lines:
             raise BenchError(f"bench/build-llama-cpp failed (exit {proc.returncode})")
         folder = Path(lines[-1])
-    for tool in ("llama-server", "llama-bench"):
+    for tool in tools:
         if not os.access(folder / tool, os.X_OK):
             raise BenchError(f"{folder / tool} is missing or not executable")
     return folder

@@ -25,6 +25,16 @@
 #   run(carry=[".gpu/c2"], timeout_s=300, command="OUT=$OUT bash bench/gpu_check.sh check")
 # Everything is logged to $OUT/log (default /tmp/gpu-check-out) with each step under `timeout`.
 #
+# The RPC check (docs/benchmarks.md, "RPC workers on a GPU machine"; #32) builds llama.cpp itself there, once, with
+# CUDA and RPC and as shared libraries: llama-server and ggml-rpc-server for the comparison, and the libraries that
+# llama-cpp-python's Python files (carried) load, so both engines run the very same compiled code:
+#   bench/gpu_check.sh prepare-rpc [MODEL.gguf]   here: .gpu/r1 (source with the server and RPC tools, wheels,
+#                                                 llama_cpp's Python files, the model's first 40 MiB) and .gpu/r2
+#   run(carry=[".gpu/r1"], timeout_s=560, command="OUT=$OUT bash bench/gpu_check.sh build-rpc")
+#   run(carry=[".gpu/r2"], timeout_s=480, command="OUT=$OUT bash bench/gpu_check.sh check-rpc")
+# check-rpc runs bench/rpc.py twice: with the workers lending the GPU (the servers' GPU hidden), and on the CPU
+# alone (the GPU hidden from all), where 16 cores leave the servers' Python off the workers' cores.
+#
 # Environment: OUT, CMAKE_ARGS (default "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"), JOBS (default: all CPUs),
 # ROUNDS (default 5), TOKENS (default 256), CPU_ONLY=1 (check without a GPU), SERVE_ARGS (more `serve` flags for
 # every server, e.g. "--spec off"), GPU_CHECK_KEEP (default /tmp/gpu-check), PYTHON (default python3: 3.12 on the
@@ -44,6 +54,24 @@ step() { printf '\n=== %s  [%s]\n' "$*" "$(date -u +%H:%M:%S)"; }
 fail() {
   echo "gpu_check: $*" >&2
   exit 1
+}
+
+# What `localinfer serve` and `hw` import that the lent machine's Python lacks (or has in another version), at the
+# versions of .venv, as cp312 manylinux wheels into $1.
+wheels() {
+  # The machine has numpy, jinja2, psutil, httpx, click, rich, pyyaml, uvloop, prometheus-client.
+  local specs=() name
+  for name in fastapi starlette pydantic pydantic_core pydantic-settings python-dotenv typing-inspection \
+    annotated-types annotated-doc typing_extensions anyio sniffio uvicorn h11 httptools gguf llguidance diskcache \
+    platformdirs httpx2 httpcore2 truststore opentelemetry-api idna filelock; do
+    specs+=("$name==$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('$name'))")")
+  done
+  local platforms=()
+  for p in manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1; do
+    platforms+=(--platform "${p}_x86_64")
+  done
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${platforms[@]}" -d "$1" "${specs[@]}" || fail "pip download failed"
 }
 
 prepare() {
@@ -69,20 +97,7 @@ prepare() {
   mv "$s" "$tmp/llama-cpp-python"
   tar czf "$gpu/c1/llama-cpp-python.tar.gz" -C "$tmp" llama-cpp-python
   rm -rf "$tmp"
-  # What `localinfer serve` and `hw` import that the lent machine's Python lacks (or has in another version), at the
-  # versions of .venv. The machine has numpy, jinja2, psutil, httpx, click, rich, pyyaml, uvloop, prometheus-client.
-  local specs=() name
-  for name in fastapi starlette pydantic pydantic_core pydantic-settings python-dotenv typing-inspection \
-    annotated-types annotated-doc typing_extensions anyio sniffio uvicorn h11 httptools gguf llguidance diskcache \
-    platformdirs httpx2 httpcore2 truststore opentelemetry-api idna filelock; do
-    specs+=("$name==$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('$name'))")")
-  done
-  local platforms=()
-  for p in manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1; do
-    platforms+=(--platform "${p}_x86_64")
-  done
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    "${platforms[@]}" -d "$gpu/c1/whl" "${specs[@]}" || fail "pip download failed"
+  wheels "$gpu/c1/whl"
   git archive HEAD src | tar x -C "$gpu/c1"
   sha256sum "$model" | cut -d' ' -f1 >"$gpu/c1/model.sha256"
   basename "$model" >"$gpu/c1/model.name"
@@ -91,8 +106,109 @@ prepare() {
   du -sh "$gpu/c1" "$gpu/c2"
 }
 
+prepare_rpc() {
+  local model=${1:-}
+  local sdist_version
+  sdist_version=$(sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' pyproject.toml)
+  local sdist=${LOCALINFER_BUILD_CACHE:-$HOME/.cache/localinfer/build}/sdist/llama_cpp_python-$sdist_version.tar.gz
+  [ -f "$sdist" ] || fail "no sdist at $sdist (bench/build-llama-cpp downloads it)"
+  [ -n "$model" ] || model=$(find /tmp/pytest-of-*/ -name SmolLM2.gguf -size +90M 2>/dev/null | head -1)
+  [ -f "$model" ] || fail "name a .gguf model: bench/gpu_check.sh prepare-rpc MODEL.gguf"
+  rm -rf "$gpu/r1" "$gpu/r2" && mkdir -p "$gpu/r1/whl" "$gpu/r2"
+  local tmp
+  tmp=$(mktemp -d)
+  tar xzf "$sdist" -C "$tmp" "llama_cpp_python-$sdist_version/vendor/llama.cpp"
+  local v=$tmp/llama_cpp_python-$sdist_version/vendor/llama.cpp
+  # The tools stay (tools/CMakeLists.txt adds each), but not the web UI's sources: without LLAMA_BUILD_UI and
+  # LLAMA_USE_PREBUILT_UI the server is built with no UI (scripts/ui-assets.cmake).
+  rm -rf "$v"/{.git,.github,.devops,docs,media,models,examples,pocs,benches,tests,gguf-py,conversion,ci} \
+    "$v"/{skills,requirements,grammars} "$v"/convert_*.py "$v"/tools/ui/{src,tests,static,package-lock.json}
+  find "$v/scripts" -mindepth 1 ! -name '*.cmake' -exec rm -rf {} +
+  find "$v/ggml/src" -mindepth 1 -maxdepth 1 -type d -name 'ggml-*' \
+    ! -name ggml-cpu ! -name ggml-cuda ! -name ggml-blas ! -name ggml-rpc -exec rm -rf {} +
+  tar czf "$gpu/r1/llama.cpp.tar.gz" -C "$(dirname "$v")" llama.cpp
+  rm -rf "$tmp"
+  local site
+  site=$(.venv/bin/python -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent)')
+  mkdir -p "$gpu/r1/py"
+  (cd "$(dirname "$site")" && tar cf - --exclude=lib --exclude=__pycache__ llama_cpp) | tar xf - -C "$gpu/r1/py"
+  wheels "$gpu/r1/whl"
+  sha256sum "$model" | cut -d' ' -f1 >"$gpu/r1/model.sha256"
+  head -c 40M "$model" >"$gpu/r1/model.part-aa"
+  tail -c +$((40 * 1024 * 1024 + 1)) "$model" >"$gpu/r2/model.part-ab"
+  du -sh "$gpu/r1" "$gpu/r2"
+}
+
+build_rpc() {
+  [ -f "$gpu/r1/llama.cpp.tar.gz" ] || fail "no .gpu/r1 here: carry it (bench/gpu_check.sh prepare-rpc)"
+  step "machine"
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
+  nvcc --version | tail -1
+  $python --version
+  echo "$(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+  rm -rf "$keep" && mkdir -p "$keep" && cp -a "$gpu/r1" "$keep/r1"
+  step "CUDA libraries"
+  local extra
+  extra=$(cuda_locations) || exit 1
+  eval "local extra_args=($extra)"
+  step "build llama.cpp (CUDA, RPC, shared): libllama, llama-server, ggml-rpc-server"
+  tar xzf "$keep/r1/llama.cpp.tar.gz" -C "$keep"
+  local started=$SECONDS
+  local args=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_CUDA=ON
+    "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}" -DGGML_CUDA_FA=OFF -DGGML_RPC=ON -DLLAMA_USE_PREBUILT_UI=OFF
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF)
+  cmake -S "$keep/llama.cpp" -B "$keep/build" -G Ninja "${args[@]}" "${extra_args[@]}" >"$keep/cmake.log" 2>&1 ||
+    { tail -40 "$keep/cmake.log"; exit 1; }
+  timeout 440 cmake --build "$keep/build" -j "${JOBS:-$(nproc)}" --target llama llama-server ggml-rpc-server \
+    >"$keep/build.log" 2>&1
+  local rc=$?
+  echo "build: exit $rc after $((SECONDS - started)) s"
+  if [ $rc -ne 0 ]; then
+    grep -E 'error|Error' "$keep/build.log" | head -20
+    tail -30 "$keep/build.log"
+    exit $rc
+  fi
+  printf 'llama.cpp of llama-cpp-python (the pin), built on the GPU machine\ncmake: %s\n' "${args[*]}" \
+    >"$keep/build/bin/BUILD-INFO"
+  ls "$keep/build/bin"
+  step "install into $keep/site"
+  timeout 120 $python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$keep/site" \
+    "$keep"/r1/whl/*.whl || exit 1
+  cp -a "$keep/r1/py/llama_cpp" "$keep/site/llama_cpp"
+  # A link, not copies: libllama finds its libggml by its RUNPATH (the build folder), and a library loaded from
+  # two files would be two ggml registries (the RPC devices registered in one, the model loaded by the other).
+  ln -s "$keep/build/bin" "$keep/site/llama_cpp/lib"
+  env_site
+  step "localinfer hw (this machine as a worker)"
+  LOCALINFER_HOME=/tmp/gpu-check-home timeout 120 $python -m localinfer.app.cli hw
+}
+
+check_rpc() {
+  [ -d "$keep/site" ] || fail "no $keep/site here: the machine that built it was given back; run build-rpc again"
+  env_site
+  step "join the model into a localinfer home"
+  local home=/tmp/gpu-check-home sha
+  sha=$(cat "$keep/r1/model.sha256")
+  mkdir -p "$home/models/blobs" "$home/models/manifests"
+  cat "$keep/r1"/model.part-* "$gpu/r2"/model.part-* >"$home/models/blobs/sha256-$sha"
+  [ "$(sha256sum "$home/models/blobs/sha256-$sha" | cut -d' ' -f1)" = "$sha" ] || fail "the joined model differs"
+  printf '{"schema": 1, "name": "smollm2", "source": "gpu_check", "format": "gguf", "files": [{"path": "blobs/sha256-%s", "size": %s, "sha256": "%s", "owned": true}], "quantization": "Q4_1", "created": 0, "revision": null}\n' \
+    "$sha" "$(stat -c %s "$home/models/blobs/sha256-$sha")" "$sha" >"$home/models/manifests/smollm2.json"
+  export LOCALINFER_HOME=$home
+  step "a CUDA worker, the plan and a request over it (the server's GPU hidden)"
+  timeout 150 $python bench/gpu_rpc_check.py --out "$OUT" || echo "gpu_rpc_check: exit $?"
+  step "bench/rpc.py: workers lending the GPU, the servers' GPU hidden"
+  timeout 200 $python bench/rpc.py --home "$home" --models smollm2 --groups "1 worker" --rounds "${ROUNDS:-6}" \
+    --tokens 128 --hide-gpu-from-servers --llama-cpp-bin "$keep/build/bin" --out "$OUT/rpc-cuda.json"
+  step "bench/rpc.py: CPU only (the GPU hidden from every process), 16 cores"
+  CUDA_VISIBLE_DEVICES="" timeout 260 $python bench/rpc.py --home "$home" --models smollm2 --groups "1 worker" \
+    --rounds "${ROUNDS:-6}" --llama-cpp-bin "$keep/build/bin" --out "$OUT/rpc-cpu.json"
+  step "nvidia-smi after"
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
+}
+
 env_site() {
-  export PYTHONPATH=$keep/c1/src:$keep/site${PYTHONPATH:+:$PYTHONPATH}
+  export PYTHONPATH=$keep/c1/src:$root/src:$keep/site${PYTHONPATH:+:$PYTHONPATH}
   export PYTHONUNBUFFERED=1
   [ -f "$keep/cuda-libs" ] && export LD_LIBRARY_PATH=$(cat "$keep/cuda-libs")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   return 0
@@ -214,5 +330,8 @@ prepare) prepare "${2:-}" ;;
 build) build 2>&1 | tee -a "$OUT/log" ;;
 check) check 2>&1 | tee -a "$OUT/log" ;;
 all) { build && check; } 2>&1 | tee -a "$OUT/log" ;;
-*) fail "usage: bench/gpu_check.sh prepare [MODEL.gguf] | build | check | all" ;;
+prepare-rpc) prepare_rpc "${2:-}" ;;
+build-rpc) build_rpc 2>&1 | tee -a "$OUT/log" ;;
+check-rpc) check_rpc 2>&1 | tee -a "$OUT/log" ;;
+*) fail "usage: bench/gpu_check.sh prepare [MODEL.gguf] | build | check | all | prepare-rpc | build-rpc | check-rpc" ;;
 esac

@@ -372,9 +372,7 @@ def render(report: dict[str, Any]) -> str:
 def main() -> int:
     install_sigterm_handler()
     args = parse_args()
-    args.bin_dir = llama_cpp_bin(args.llama_cpp_bin)
-    if not os.access(args.bin_dir / "ggml-rpc-server", os.X_OK):
-        raise BenchError(f"no ggml-rpc-server in {args.bin_dir}: run bench/build-llama-cpp")
+    args.bin_dir = llama_cpp_bin(args.llama_cpp_bin, ("llama-server", "ggml-rpc-server"))
     os.environ["LOCALINFER_HOME"] = str(args.home)
     started = time.monotonic()
     load_before = os.getloadavg()
