@@ -98,6 +98,26 @@ async def test_a_stream_from_an_engine_that_exits_but_keeps_its_connection_ends_
     assert json.loads(rest[6:])["error"]["code"] == "engine_unavailable"
 
 
+async def test_a_reader_cancelled_while_the_engine_runs_is_cancelled_not_told_the_engine_exited() -> None:
+    """The relay watches the engine with one task per answer, which cancels a waiting read once the engine is gone;
+    a read cancelled for another reason (the client left) stays cancelled."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    head += chunked(b'data: {"n": 1}\n\n')
+    async with FakeEngine(head) as url:
+        proxy = EngineProxy(url, "key", alive=lambda: True)
+        try:
+            answer = await proxy.forward("POST", "/v1/completions", JSON, b"{}")
+            assert await anext(answer.body) == b'data: {"n": 1}\n\n'
+            reader = asyncio.ensure_future(anext(answer.body))  # the engine sends nothing more: it waits
+            await asyncio.sleep(0)  # the read starts waiting
+            reader.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reader
+            await answer.aclose()
+        finally:
+            await proxy.aclose()
+
+
 async def test_a_json_body_cut_short_breaks_the_relay() -> None:
     head = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"choices": ['
     async with FakeEngine(head, close=True) as url:

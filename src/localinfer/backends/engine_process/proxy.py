@@ -121,10 +121,11 @@ class EngineProxy:
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         chunks = response.aiter_raw()
         pending = b""  # an event stream's bytes after its last complete event
+        watch = _ExitWatch(self._alive)
         try:
             while True:
                 try:
-                    chunk = await self._watched(_next(chunks))
+                    chunk = await watch.read(chunks)
                 except (httpx.TransportError, _EngineExited) as exc:
                     if not is_sse:
                         raise EngineStreamBroken(_reason(exc)) from exc
@@ -143,6 +144,7 @@ class EngineProxy:
             if pending:
                 yield pending
         finally:
+            watch.close()
             await response.aclose()
 
     async def _watched(self, awaitable: Coroutine[Any, Any, T]) -> T:
@@ -161,6 +163,48 @@ class EngineProxy:
                 await asyncio.wait({task})
             if not task.cancelled():
                 task.exception()  # marked retrieved: it was raised above, or is dropped with the cancelled wait
+
+
+class _ExitWatch:
+    """Reads of one streamed answer that end with _EngineExited once the engine process is found gone, checked
+    every WATCH_INTERVAL by one task for the whole answer (not a task per read: a token's chunk is read in the
+    reader's own task, which a relay does hundreds of times a second). A read waiting when the engine is found
+    gone is cancelled, and the cancellation turned into _EngineExited."""
+
+    def __init__(self, alive: Callable[[], bool]) -> None:
+        self._alive = alive
+        self._reader: asyncio.Task[Any] | None = None  # the task waiting in read(), if one is
+        self.exited = False
+        self._poll = asyncio.ensure_future(self._poll_alive())
+
+    async def _poll_alive(self) -> None:
+        while True:  # a process to poll: there is no event to wait on
+            await asyncio.sleep(WATCH_INTERVAL)
+            if not self._alive():
+                break
+        self.exited = True
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def read(self, chunks: AsyncIterator[bytes]) -> bytes | None:
+        """The next chunk, None at the end. Raises _EngineExited when the engine is gone."""
+        if self.exited:
+            raise _EngineExited
+        self._reader = asyncio.current_task()
+        try:
+            return await _next(chunks)
+        except asyncio.CancelledError:
+            if not self.exited:
+                raise
+            uncancel = getattr(self._reader, "uncancel", None)  # Python 3.11+: cancellations are counted
+            if uncancel is not None and uncancel() > 0:
+                raise  # cancelled for another reason too
+            raise _EngineExited from None
+        finally:
+            self._reader = None
+
+    def close(self) -> None:
+        self._poll.cancel()
 
 
 async def _next(chunks: AsyncIterator[bytes]) -> bytes | None:

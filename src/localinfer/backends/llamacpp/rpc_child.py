@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,7 +60,7 @@ from localinfer.backends.registry import BackendFactories, BackendFactory
 from localinfer.config import Settings
 from localinfer.errors import GenerationFailed, ModelLoadError, ModelNotReady, RpcWorkerLost
 from localinfer.models.store import is_valid_name
-from localinfer.types import GenerationRequest, TokenChunk, TokenStream
+from localinfer.types import GenerationRequest, TokenStream
 
 log = logging.getLogger(__name__)
 
@@ -248,19 +248,23 @@ class RpcChildBackend(Backend):
         body = json.dumps(completion_body(tokens, request)).encode()
         answer = await proxy.forward("POST", "/completion", JSON_HEADERS, body)
         pieces = chunks_from(sse_data(answer.body))
+        progress = _Progress(asyncio.get_running_loop().time())
+        watchdog = asyncio.ensure_future(self._watch_stall(progress))
         try:
             if answer.status != 200:
                 error = error_for(answer.status, await answer.read(), LOCALINFER.title)
                 raise (await self._why(error)) if answer.status == 502 else error  # 502: the proxy lost the child
             while True:
                 try:
-                    chunk = await self._next(pieces)
+                    chunk = await anext(pieces, None)
                 except ChildStreamBroken as exc:
                     raise await self._why(exc) from exc
                 if chunk is None:
                     return
+                progress.last = asyncio.get_running_loop().time()
                 yield chunk
         finally:
+            watchdog.cancel()
             await pieces.aclose()
             await answer.aclose()  # closes the child's connection, which aborts the request there
 
@@ -278,27 +282,24 @@ class RpcChildBackend(Backend):
             assert self._proxy is not None
             return self._proxy
 
-    async def _next(self, pieces: AsyncIterator[TokenChunk]) -> TokenChunk | None:
-        """The next chunk, None at the end; while none comes, the workers are checked every ``stall_seconds`` and
-        the child is stopped once one of them is gone (then its stream breaks off: ChildStreamBroken)."""
-        task = asyncio.ensure_future(anext(pieces, None))
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=self._stall)
-                if done:
-                    return task.result()
-                gone = await self._gone()
-                if gone:
-                    self._lost.update(gone)
-                    why = "; ".join(f"{endpoint}: {why}" for endpoint, why in gone.items())
-                    log.warning("RPC worker gone (%s): stopping the child", why)
-                    if self._process is not None:
-                        await self._process.stop(grace=0)
-        finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+    async def _watch_stall(self, progress: _Progress) -> None:
+        """While a request streams: whenever no piece came for ``stall_seconds``, check the workers, and stop the
+        child once one of them is gone (its stream then breaks off: ChildStreamBroken in the request). One task
+        per request that sleeps between checks, rather than a timed wait per piece."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.0, progress.last + self._stall - loop.time()))
+            if loop.time() - progress.last < self._stall:
+                continue  # a piece came meanwhile
+            gone = await self._gone()
+            if gone:
+                self._lost.update(gone)
+                why = "; ".join(f"{endpoint}: {why}" for endpoint, why in gone.items())
+                log.warning("RPC worker gone (%s): stopping the child", why)
+                if self._process is not None:
+                    await self._process.stop(grace=0)
+                return
+            progress.last = loop.time()  # every worker answered: check again after another stall
 
     async def _gone(self) -> dict[str, str]:
         watch = self._watch
@@ -382,6 +383,13 @@ async def _json(proxy: EngineProxy, method: str, path: str) -> dict[str, Any]:
         if answer.status == 200 and isinstance(data, dict):
             return data
     raise ModelLoadError(f"the child server's {path} answered {answer.status}: {body[:300]!r}")
+
+
+@dataclasses.dataclass
+class _Progress:
+    """When the request's last piece came (the event loop's clock)."""
+
+    last: float
 
 
 def with_rpc_child(
