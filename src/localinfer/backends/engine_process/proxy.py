@@ -10,6 +10,7 @@ cut rather than ended as if complete.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -144,7 +145,7 @@ class EngineProxy:
             if pending:
                 yield pending
         finally:
-            watch.close()
+            await watch.aclose()
             await response.aclose()
 
     async def _watched(self, awaitable: Coroutine[Any, Any, T]) -> T:
@@ -166,45 +167,53 @@ class EngineProxy:
 
 
 class _ExitWatch:
-    """Reads of one streamed answer that end with _EngineExited once the engine process is found gone, checked
-    every WATCH_INTERVAL by one task for the whole answer (not a task per read: a token's chunk is read in the
-    reader's own task, which a relay does hundreds of times a second). A read waiting when the engine is found
-    gone is cancelled, and the cancellation turned into _EngineExited."""
+    """Reads of one streamed answer that end with _EngineExited once the engine process is gone and nothing came
+    for WATCH_INTERVAL, as a timed wait per read would, but checked by one task for the whole answer (a relay reads
+    a token's chunk hundreds of times a second, in the reader's own task). That task cancels a read that was already
+    waiting at its previous check, with the engine gone at this one (a read that data could still end has ended by
+    then), and the cancellation becomes _EngineExited."""
 
     def __init__(self, alive: Callable[[], bool]) -> None:
         self._alive = alive
         self._reader: asyncio.Task[Any] | None = None  # the task waiting in read(), if one is
-        self.exited = False
+        self._reads = 0  # reads started: which one is waiting
+        self._exited = False
         self._poll = asyncio.ensure_future(self._poll_alive())
 
     async def _poll_alive(self) -> None:
+        waiting_since_last_check = -1  # the read that was waiting at the previous check
         while True:  # a process to poll: there is no event to wait on
             await asyncio.sleep(WATCH_INTERVAL)
-            if not self._alive():
-                break
-        self.exited = True
-        if self._reader is not None:
-            self._reader.cancel()
+            reader = self._reader
+            waiting = self._reads if reader is not None else -1
+            if reader is not None and waiting == waiting_since_last_check and not self._alive():
+                self._exited = True
+                reader.cancel()
+                return
+            waiting_since_last_check = waiting
 
     async def read(self, chunks: AsyncIterator[bytes]) -> bytes | None:
         """The next chunk, None at the end. Raises _EngineExited when the engine is gone."""
-        if self.exited:
-            raise _EngineExited
+        self._reads += 1
         self._reader = asyncio.current_task()
         try:
             return await _next(chunks)
         except asyncio.CancelledError:
-            if not self.exited:
+            if not self._exited:
                 raise
-            uncancel = getattr(self._reader, "uncancel", None)  # Python 3.11+: cancellations are counted
+            # Python 3.11+ counts cancellations: one more than ours is the client's, and wins. On 3.10 a client
+            # leaving at the very moment the engine is found gone gets the error event its relay then ends with.
+            uncancel = getattr(self._reader, "uncancel", None)
             if uncancel is not None and uncancel() > 0:
-                raise  # cancelled for another reason too
+                raise
             raise _EngineExited from None
         finally:
             self._reader = None
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         self._poll.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._poll
 
 
 async def _next(chunks: AsyncIterator[bytes]) -> bytes | None:

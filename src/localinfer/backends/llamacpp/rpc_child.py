@@ -263,8 +263,11 @@ class RpcChildBackend(Backend):
                     return
                 progress.last = asyncio.get_running_loop().time()
                 yield chunk
+                progress.last = asyncio.get_running_loop().time()  # a slow reader's time is not the child's
         finally:
             watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
             await pieces.aclose()
             await answer.aclose()  # closes the child's connection, which aborts the request there
 
@@ -291,7 +294,11 @@ class RpcChildBackend(Backend):
             await asyncio.sleep(max(0.0, progress.last + self._stall - loop.time()))
             if loop.time() - progress.last < self._stall:
                 continue  # a piece came meanwhile
-            gone = await self._gone()
+            try:
+                gone = await self._gone()
+            except Exception:  # a check that fails must not end the request: its stream goes on, unwatched
+                log.warning("checking the RPC workers failed; no longer watching this request", exc_info=True)
+                return
             if gone:
                 self._lost.update(gone)
                 why = "; ".join(f"{endpoint}: {why}" for endpoint, why in gone.items())
