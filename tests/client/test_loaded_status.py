@@ -37,3 +37,6 @@ def test_placement_names_rpc_workers_as_such_not_as_a_gpu() -> None:
     assert status(devices=split).placement() == "1%/99% CPU/RPC"
     local_gpu = (cpu, DeviceUse("CUDA0", "local", 470), DeviceUse("RPC0", "10.0.0.2:50052", 500))
     assert status(devices=local_gpu).placement() == "3%/47%/50% CPU/GPU/RPC"
+    halves = (DeviceUse("CPU", "local", 496), DeviceUse("CUDA0", "local", 496), DeviceUse("RPC0", "h:1", 8))
+    assert status(devices=halves).placement() == "50%/49%/1% CPU/GPU/RPC"  # the shares add up to 100, none is 0 %
+    assert status(devices=(DeviceUse("RPC0", "h:1", 0),)).placement() == "100% RPC"

@@ -78,15 +78,19 @@ def _kind(device: DeviceUse) -> str:
 
 
 def _shares(parts: Iterable[tuple[str, int]]) -> str:
-    """``a%/b% X/Y`` of the bytes per kind (CPU, GPU, RPC, in that order), kinds under half a percent left out."""
+    """``a%/b% X/Y`` of the bytes per kind (CPU, GPU, RPC, in that order): whole percents that add up to 100
+    (largest remainders round up), kinds that get 0 % left out."""
     sizes = dict.fromkeys(("CPU", "GPU", "RPC"), 0)
     for kind, size in parts:
         sizes[kind] += size
-    total = sum(sizes.values()) or 1
-    shown = [(kind, round(100 * size / total)) for kind, size in sizes.items() if round(100 * size / total) > 0]
-    if not shown:
-        return "100% CPU"
-    shown[-1] = (shown[-1][0], 100 - sum(share for _, share in shown[:-1]))  # the shares add up to 100
+    total = sum(sizes.values())
+    if not total:
+        return "100% RPC"  # nothing measured, but some of it is on workers (the only caller's case)
+    exact = {kind: 100 * size / total for kind, size in sizes.items()}
+    shares = {kind: int(share) for kind, share in exact.items()}
+    for kind in sorted(exact, key=lambda k: exact[k] - shares[k], reverse=True)[: 100 - sum(shares.values())]:
+        shares[kind] += 1
+    shown = [(kind, share) for kind, share in shares.items() if share > 0]
     return "/".join(f"{share}%" for _, share in shown) + " " + "/".join(kind for kind, _ in shown)
 
 
