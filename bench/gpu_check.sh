@@ -32,7 +32,8 @@
 #                                                 llama_cpp's Python files, the model's first 40 MiB) and .gpu/r2
 #   run(carry=[".gpu/r1"], timeout_s=560, command="OUT=$OUT bash bench/gpu_check.sh build-rpc")
 #   run(carry=[".gpu/r2"], timeout_s=480, command="OUT=$OUT bash bench/gpu_check.sh check-rpc")
-# check-rpc runs bench/rpc.py twice: with the workers lending the GPU (the servers' GPU hidden), and on the CPU
+# check-rpc serves the model as "smollm2" (bench/rpc.py's default name) whatever file prepare-rpc was given, and
+# exits 1 when a step failed. It runs bench/rpc.py twice: with the workers lending the GPU (the servers' GPU hidden), and on the CPU
 # alone (the GPU hidden from all), where 16 cores leave the servers' Python off the workers' cores.
 #
 # Environment: OUT, CMAKE_ARGS (default "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"), JOBS (default: all CPUs),
@@ -148,9 +149,9 @@ build_rpc() {
   echo "$(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
   rm -rf "$keep" && mkdir -p "$keep" && cp -a "$gpu/r1" "$keep/r1"
   step "CUDA libraries"
-  local extra
+  local extra extra_args
   extra=$(cuda_locations) || exit 1
-  eval "local extra_args=($extra)"
+  read -ra extra_args <<<"$extra" # -D flags naming paths, none with a space
   step "build llama.cpp (CUDA, RPC, shared): libllama, llama-server, ggml-rpc-server"
   tar xzf "$keep/r1/llama.cpp.tar.gz" -C "$keep"
   local started=$SECONDS
@@ -195,16 +196,18 @@ check_rpc() {
   printf '{"schema": 1, "name": "smollm2", "source": "gpu_check", "format": "gguf", "files": [{"path": "blobs/sha256-%s", "size": %s, "sha256": "%s", "owned": true}], "quantization": "Q4_1", "created": 0, "revision": null}\n' \
     "$sha" "$(stat -c %s "$home/models/blobs/sha256-$sha")" "$sha" >"$home/models/manifests/smollm2.json"
   export LOCALINFER_HOME=$home
+  local failed=0
   step "a CUDA worker, the plan and a request over it (the server's GPU hidden)"
-  timeout 150 $python bench/gpu_rpc_check.py --out "$OUT" || echo "gpu_rpc_check: exit $?"
+  timeout 150 $python bench/gpu_rpc_check.py --out "$OUT" || { echo "gpu_rpc_check: exit $?"; failed=1; }
   step "bench/rpc.py: workers lending the GPU, the servers' GPU hidden"
   timeout 200 $python bench/rpc.py --home "$home" --models smollm2 --groups "1 worker" --rounds "${ROUNDS:-6}" \
-    --tokens 128 --hide-gpu-from-servers --llama-cpp-bin "$keep/build/bin" --out "$OUT/rpc-cuda.json"
+    --tokens 128 --hide-gpu-from-servers --llama-cpp-bin "$keep/build/bin" --out "$OUT/rpc-cuda.json" || failed=1
   step "bench/rpc.py: CPU only (the GPU hidden from every process), 16 cores"
   CUDA_VISIBLE_DEVICES="" timeout 260 $python bench/rpc.py --home "$home" --models smollm2 --groups "1 worker" \
-    --rounds "${ROUNDS:-6}" --llama-cpp-bin "$keep/build/bin" --out "$OUT/rpc-cpu.json"
+    --rounds "${ROUNDS:-6}" --llama-cpp-bin "$keep/build/bin" --out "$OUT/rpc-cpu.json" || failed=1
   step "nvidia-smi after"
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
+  return $failed
 }
 
 env_site() {

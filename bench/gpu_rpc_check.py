@@ -116,9 +116,7 @@ def main() -> int:
             report["over_rpc"] = answer
             show("over the GPU worker: timings", json.dumps(answer.get("timings")))
             ours, theirs = answer["choices"][0]["message"]["content"], local_answer["choices"][0]["message"]["content"]
-            same = next(
-                (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs))
-            )
+            same = common_prefix(ours, theirs)
             report["same_text_as_local_gpu"] = ours == theirs
             show("greedy text over RPC == local GPU", f"{ours == theirs} (the same for the first {same} characters)")
             status = httpx.get(f"{server.base_url}/api/localinfer/status", timeout=30).json()

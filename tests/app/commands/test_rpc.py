@@ -159,7 +159,7 @@ def test_a_worker_serving_another_client_is_reported_busy(tmp_path: Path) -> Non
     is told the worker is busy, not that it is down."""
     process, port = start_worker(tmp_path, tmp_path / "worker.log")
     try:
-        with socket.create_connection(("127.0.0.1", port)) as first:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as first:  # a hang guard, not a bound
             first.sendall(struct.pack("<BQ", 14, 24) + bytes(24))  # HELLO (command 14, 24 bytes of capabilities)
             assert len(first.recv(64)) > 0  # answered: the worker serves this connection now
             with pytest.raises(RpcWorkerError) as caught:

@@ -120,7 +120,9 @@ def _session(endpoint: str, timeout: float) -> Iterator[tuple[socket.socket, tup
         sock = socket.create_connection((host, port), timeout=timeout)
     except TimeoutError as exc:
         raise RpcWorkerError(
-            endpoint, f"no answer in {timeout:g} s (the connection was not taken)", hint=f"is it up? {start}"
+            endpoint,
+            f"no answer in {timeout:g} s (the connection was not taken)",
+            hint=f"is it up, and not holding other clients in its queue? {start}",
         ) from exc
     except OSError as exc:
         raise RpcWorkerError(endpoint, f"cannot connect ({exc.strerror or exc})", hint=start) from exc
