@@ -75,14 +75,36 @@ wheels() {
     "${platforms[@]}" -d "$1" "${specs[@]}" || fail "pip download failed"
 }
 
-prepare() {
-  local model=${1:-}
-  local sdist_version
-  sdist_version=$(sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' pyproject.toml)
-  local sdist=${LOCALINFER_BUILD_CACHE:-$HOME/.cache/localinfer/build}/sdist/llama_cpp_python-$sdist_version.tar.gz
+# The pinned llama-cpp-python version and its sdist in the build cache (bench/build-llama-cpp downloads it).
+sdist_version() { sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' pyproject.toml; }
+sdist_path() {
+  local sdist
+  sdist=${LOCALINFER_BUILD_CACHE:-$HOME/.cache/localinfer/build}/sdist/llama_cpp_python-$(sdist_version).tar.gz
   [ -f "$sdist" ] || fail "no sdist at $sdist (bench/build-llama-cpp downloads it)"
+  printf '%s' "$sdist"
+}
+
+# The model to carry: the one named ($1), else the tests' SmolLM2; $2 names the command for the hint.
+model_path() {
+  local model=$1
   [ -n "$model" ] || model=$(find /tmp/pytest-of-*/ -name SmolLM2.gguf -size +90M 2>/dev/null | head -1)
-  [ -f "$model" ] || fail "name a .gguf model: bench/gpu_check.sh prepare MODEL.gguf"
+  [ -f "$model" ] || fail "name a .gguf model: bench/gpu_check.sh $2 MODEL.gguf"
+  printf '%s' "$model"
+}
+
+# The model $1 cut in two, for two calls: its first $4 MiB and its sha256 into $2, the rest into $3.
+split_model() {
+  sha256sum "$1" | cut -d' ' -f1 >"$2/model.sha256"
+  head -c "$4M" "$1" >"$2/model.part-aa"
+  tail -c +$(($4 * 1024 * 1024 + 1)) "$1" >"$3/model.part-ab"
+  du -sh "$2" "$3"
+}
+
+prepare() {
+  local model sdist sdist_version
+  model=$(model_path "${1:-}" prepare) || exit 1
+  sdist=$(sdist_path) || exit 1
+  sdist_version=$(sdist_version)
   rm -rf "$gpu/c1" "$gpu/c2" && mkdir -p "$gpu/c1/whl" "$gpu/c2"
   local tmp
   tmp=$(mktemp -d)
@@ -100,21 +122,15 @@ prepare() {
   rm -rf "$tmp"
   wheels "$gpu/c1/whl"
   git archive HEAD src | tar x -C "$gpu/c1"
-  sha256sum "$model" | cut -d' ' -f1 >"$gpu/c1/model.sha256"
   basename "$model" >"$gpu/c1/model.name"
-  head -c 42M "$model" >"$gpu/c1/model.part-aa"
-  tail -c +$((42 * 1024 * 1024 + 1)) "$model" >"$gpu/c2/model.part-ab"
-  du -sh "$gpu/c1" "$gpu/c2"
+  split_model "$model" "$gpu/c1" "$gpu/c2" 42
 }
 
 prepare_rpc() {
-  local model=${1:-}
-  local sdist_version
-  sdist_version=$(sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' pyproject.toml)
-  local sdist=${LOCALINFER_BUILD_CACHE:-$HOME/.cache/localinfer/build}/sdist/llama_cpp_python-$sdist_version.tar.gz
-  [ -f "$sdist" ] || fail "no sdist at $sdist (bench/build-llama-cpp downloads it)"
-  [ -n "$model" ] || model=$(find /tmp/pytest-of-*/ -name SmolLM2.gguf -size +90M 2>/dev/null | head -1)
-  [ -f "$model" ] || fail "name a .gguf model: bench/gpu_check.sh prepare-rpc MODEL.gguf"
+  local model sdist sdist_version
+  model=$(model_path "${1:-}" prepare-rpc) || exit 1
+  sdist=$(sdist_path) || exit 1
+  sdist_version=$(sdist_version)
   rm -rf "$gpu/r1" "$gpu/r2" && mkdir -p "$gpu/r1/whl" "$gpu/r2"
   local tmp
   tmp=$(mktemp -d)
@@ -134,10 +150,7 @@ prepare_rpc() {
   mkdir -p "$gpu/r1/py"
   (cd "$(dirname "$site")" && tar cf - --exclude=lib --exclude=__pycache__ llama_cpp) | tar xf - -C "$gpu/r1/py"
   wheels "$gpu/r1/whl"
-  sha256sum "$model" | cut -d' ' -f1 >"$gpu/r1/model.sha256"
-  head -c 40M "$model" >"$gpu/r1/model.part-aa"
-  tail -c +$((40 * 1024 * 1024 + 1)) "$model" >"$gpu/r2/model.part-ab"
-  du -sh "$gpu/r1" "$gpu/r2"
+  split_model "$model" "$gpu/r1" "$gpu/r2" 40
 }
 
 build_rpc() {

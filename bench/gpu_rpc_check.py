@@ -29,43 +29,14 @@ from typing import Any
 import httpx
 
 from benchlib import HOST, ManagedServer, free_port
+from gpu_check import PROMPT, chat, first_difference, localinfer, nvidia_smi, run_command
 
-HIDE_GPU = ["env", "CUDA_VISIBLE_DEVICES="]
-PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
-
-
-def localinfer(*args: str) -> list[str]:
-    return [sys.executable, "-m", "localinfer.app.cli", *args]
+HIDE_GPU = ["env", "CUDA_VISIBLE_DEVICES="]  # for ManagedServer, which takes no environment
+NO_GPU_ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
 
 
-def show(title: str, text: str) -> None:
-    print(f"--- {title}\n{text.rstrip()}", flush=True)
-
-
-def run(cmd: list[str], timeout: float = 120.0) -> str:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except OSError as exc:
-        return f"({cmd[0]}: {exc})"
-    return f"(exit {done.returncode})\n{done.stdout}{done.stderr}"
-
-
-def common_prefix(a: str, b: str) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-
-
-def chat(base_url: str, model: str, tokens: int) -> dict[str, Any]:
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": PROMPT}],
-        "max_tokens": tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-    }
-    answer = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=300)
-    answer.raise_for_status()
-    data: dict[str, Any] = answer.json()
-    return data
+def show(title: str, text: str | None) -> None:
+    print(f"--- {title}\n{(text or '(none)').rstrip()}", flush=True)
 
 
 def start_worker(out: Path, name: str) -> tuple[subprocess.Popen[bytes], int]:
@@ -94,46 +65,43 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {}
 
+    client = httpx.Client()
     local_port = free_port()
     local_cmd = localinfer("serve", args.model, "--host", HOST, "--port", str(local_port))
     local_cmd += ["--gpu-layers", "-1", "--spec", "off"]
     with ManagedServer("local-gpu", local_cmd, local_port, args.out / "serve-local-gpu.log") as local:
-        local_answer = chat(local.base_url, args.model, args.tokens)
+        local_answer = chat(client, local.base_url, args.model, args.tokens, ignore_eos=True)
     report["local_gpu"] = local_answer
-    show("local GPU (serve --gpu-layers -1): timings", json.dumps(local_answer.get("timings")))
+    show("local GPU (serve --gpu-layers -1)", json.dumps(local_answer))
 
     worker, port = start_worker(args.out, "worker")
     endpoint = f"{HOST}:{port}"
     try:
-        plan = run(HIDE_GPU + localinfer("hw", "--plan", args.model, "--rpc", endpoint))
+        plan = run_command(localinfer("hw", "--plan", args.model, "--rpc", endpoint), NO_GPU_ENV)
         show("hw --plan over the worker (the server's GPU hidden)", plan)
         report["plan"] = plan
         serve_port = free_port()
         serve_cmd = HIDE_GPU + localinfer("serve", args.model, "--host", HOST, "--port", str(serve_port))
         serve_cmd += ["--rpc", endpoint, "--spec", "off"]
         with ManagedServer("rpc-gpu", serve_cmd, serve_port, args.out / "serve-rpc.log") as server:
-            answer = chat(server.base_url, args.model, args.tokens)
+            answer = chat(client, server.base_url, args.model, args.tokens, ignore_eos=True)
             report["over_rpc"] = answer
-            show("over the GPU worker: timings", json.dumps(answer.get("timings")))
-            ours, theirs = answer["choices"][0]["message"]["content"], local_answer["choices"][0]["message"]["content"]
-            same = common_prefix(ours, theirs)
-            report["same_text_as_local_gpu"] = ours == theirs
-            show("greedy text over RPC == local GPU", f"{ours == theirs} (the same for the first {same} characters)")
-            status = httpx.get(f"{server.base_url}/api/localinfer/status", timeout=30).json()
+            show("over the GPU worker", json.dumps(answer))
+            parted = first_difference(answer["text"], local_answer["text"])
+            report["same_text_as_local_gpu"] = parted is None
+            show("greedy text over RPC == local GPU", "yes" if parted is None else f"no: parted at character {parted}")
+            status = client.get(f"{server.base_url}/api/localinfer/status", timeout=30).json()
             report["status_loaded"] = status.get("loaded")
             show("/api/localinfer/status: devices", json.dumps([m.get("devices") for m in status.get("loaded") or []]))
-            show("localinfer ps", run(localinfer("ps", "--url", server.base_url)))
-            show("/health", httpx.get(f"{server.base_url}/health", timeout=30).text)
-            show(
-                "nvidia-smi processes",
-                run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv"]),
-            )
+            show("localinfer ps", run_command(localinfer("ps", "--url", server.base_url), dict(os.environ)))
+            show("/health", client.get(f"{server.base_url}/health", timeout=30).text)
+            show("nvidia-smi", nvidia_smi())
             show("the worker's pid", str(worker.pid))
 
             body = {"model": args.model, "prompt": PROMPT, "max_tokens": 4000, "temperature": 0, "ignore_eos": True}
             body["stream"] = True
             events: list[str] = []
-            with httpx.stream("POST", f"{server.base_url}/v1/completions", json=body, timeout=120) as stream:
+            with client.stream("POST", f"{server.base_url}/v1/completions", json=body, timeout=120) as stream:
                 killed_at = 0.0
                 for line in stream.iter_lines():
                     if not line.startswith("data:"):
@@ -146,11 +114,11 @@ def main() -> int:
                         report["error_after_kill_s"] = round(time.monotonic() - killed_at, 2)
                         show("error event after the kill", f"{report['error_after_kill_s']} s: {line[:300]}")
                         break
-            after = httpx.post(
+            after = client.post(
                 f"{server.base_url}/v1/completions", json={**body, "stream": False, "max_tokens": 4}, timeout=60
             )
             show("the next request", f"{after.status_code} {after.text[:300]}")
-            show("/health after", httpx.get(f"{server.base_url}/health", timeout=30).text)
+            show("/health after", client.get(f"{server.base_url}/health", timeout=30).text)
     finally:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGTERM)

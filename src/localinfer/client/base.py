@@ -58,11 +58,16 @@ class LoadedModelStatus:
             return f"{-(-seconds // 60)} min" if seconds >= 60 else f"{seconds} s"
         return f"in {seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"in {seconds} s"
 
+    @property
+    def on_rpc_workers(self) -> bool:
+        """Whether RPC workers (other machines' devices) hold some of it."""
+        return any(d.where != "local" for d in self.devices)
+
     def placement(self) -> str:
         """Where its memory is, as ``ollama ps`` says it: ``100% CPU``, ``100% GPU`` or ``30%/70% CPU/GPU``; a
         model on RPC workers counts what they hold as ``RPC`` (another machine's, whatever device it lends):
         ``3%/97% CPU/RPC``."""
-        if any(d.where != "local" for d in self.devices):
+        if self.on_rpc_workers:
             return _shares((_kind(d), d.size_bytes) for d in self.devices)
         total = self.memory_bytes or self.size_bytes
         gpu = round(100 * self.vram_bytes / total) if total else 0

@@ -60,10 +60,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _offloaded(m: LoadedModelStatus) -> str:
-    """What the offloaded layers are on: ``GPU``, or ``offloaded`` where RPC workers hold some (another machine's
-    devices, which may be its CPU)."""
-    return "offloaded" if any(d.where != "local" for d in m.devices) else "GPU"
+def _layers(m: LoadedModelStatus) -> str:
+    """`` (31 GPU layers)``; layers on RPC workers are on other machines' devices, which may be CPUs: ``offloaded``."""
+    if not m.gpu_layers:
+        return ""
+    return f" ({m.gpu_layers} {'offloaded' if m.on_rpc_workers else 'GPU'} layers)"
 
 
 def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
@@ -75,7 +76,7 @@ def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
             m.name,
             f"{(m.memory_bytes or m.size_bytes) / _MB:.0f} MB",
             m.placement(),
-            m.backend + (f" ({m.gpu_layers} {_offloaded(m)} layers)" if m.gpu_layers else ""),
+            m.backend + _layers(m),
             str(m.context_length),
             m.kv_cache(),
             str(m.slots),

@@ -248,7 +248,8 @@ class RpcChildBackend(Backend):
         body = json.dumps(completion_body(tokens, request)).encode()
         answer = await proxy.forward("POST", "/completion", JSON_HEADERS, body)
         pieces = chunks_from(sse_data(answer.body))
-        progress = _Progress(asyncio.get_running_loop().time())
+        loop = asyncio.get_running_loop()
+        progress = _Progress(loop.time())
         watchdog = asyncio.ensure_future(self._watch_stall(progress))
         try:
             if answer.status != 200:
@@ -261,9 +262,9 @@ class RpcChildBackend(Backend):
                     raise await self._why(exc) from exc
                 if chunk is None:
                     return
-                progress.last = asyncio.get_running_loop().time()
+                progress.last = loop.time()
                 yield chunk
-                progress.last = asyncio.get_running_loop().time()  # a slow reader's time is not the child's
+                progress.last = loop.time()  # a slow reader's time is not the child's
         finally:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
