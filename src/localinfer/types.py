@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "tool_calls"]
@@ -58,6 +60,27 @@ class Tool:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+# Where a picture or a sound stands in a prompt's text: llama.cpp's mtmd marker (``mtmd_default_marker()``), which
+# llama-server writes in place of each media part and advertises in ``/props`` as ``media_marker``.
+MEDIA_MARKER = "<__media__>"
+MediaKind = Literal["image", "audio"]
+
+
+@dataclass(frozen=True)
+class MediaPart:
+    """An image or a sound a request carries, as the client's bytes (PNG, JPEG, ..., WAV, MP3), checked at the edge.
+    Each one stands for one ``MEDIA_MARKER`` in the text it belongs to, in order; ``digest`` (sha256 of the bytes)
+    is what ties it to cached KV."""
+
+    kind: MediaKind
+    data: bytes = field(repr=False)
+    mime: str
+
+    @cached_property
+    def digest(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
 @dataclass(frozen=True)
 class ChatMessage:
     """One turn. An assistant turn may carry the ``tool_calls`` it made and the ``reasoning`` it wrote before its
@@ -70,6 +93,7 @@ class ChatMessage:
     tool_call_id: str | None = None
     name: str | None = None
     reasoning: str | None = None
+    media: tuple[MediaPart, ...] = ()  # one per MEDIA_MARKER in ``content``, in order
 
 
 @dataclass(frozen=True)
@@ -191,6 +215,7 @@ class CompletionRequest:
     tokens: tuple[int, ...] = ()
     keep_alive: float | None = None  # seconds the model stays loaded after this request (negative: for good)
     priority: Priority = "normal"
+    media: tuple[MediaPart, ...] = ()  # one per MEDIA_MARKER in ``prompt``, in order
 
 
 @dataclass(frozen=True)
@@ -225,6 +250,8 @@ class GenerationRequest:
     parse_special: bool = True
     tokens: tuple[int, ...] = ()
     priority: Priority = "normal"
+    media: tuple[MediaPart, ...] = ()  # one per MEDIA_MARKER in ``prompt``, in order (a backend without a projector
+    # refuses them)
 
 
 @dataclass(frozen=True)
