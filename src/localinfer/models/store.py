@@ -61,6 +61,7 @@ class Manifest:
     quantization: str | None
     created: int
     revision: str | None = None
+    projector: ModelFile | None = None  # a vision/audio projector (mmproj GGUF) that goes with the model
 
     @property
     def path(self) -> Path:
