@@ -28,6 +28,7 @@ from tests.conftest import write_gguf
 from tests.gguf_split import split_gguf
 from tests.hf_folder import write_hf_folder
 from tests.hub_standin import HubStandIn
+from tests.projector_gguf import write_projector
 
 BARTOWSKI = "bartowski/SmolLM2-135M-Instruct-GGUF"
 THEBLOKE = "TheBloke/smollm2-135m-instruct-GGUF"
@@ -52,7 +53,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory, smollm2: Manifest) -> Iterator
     q8 = tiny(files, "q8.gguf", gguf.LlamaFileType.MOSTLY_Q8_0)
     iq4 = tiny(files, "iq4.gguf", gguf.LlamaFileType.MOSTLY_IQ4_XS)
     q2 = tiny(files, "q2.gguf", gguf.LlamaFileType.MOSTLY_Q2_K)
-    projector = tiny(files, "mmproj.gguf", gguf.LlamaFileType.MOSTLY_Q8_0, tensor_elements=2048)
+    projector = write_projector(files / "mmproj.gguf", file_type=gguf.LlamaFileType.MOSTLY_Q8_0)
     broken = tiny(files, "broken.gguf", gguf.LlamaFileType.MOSTLY_Q4_K_M, tensor_elements=65536)
     truncated = broken.read_bytes()[: broken.stat().st_size // 2]
     with HubStandIn() as standin:
@@ -193,6 +194,8 @@ def test_a_projector_beside_the_model_is_never_chosen(client: HubClient, store: 
     manifest = pull(store, f"{VISION}:Q8_0", settings, hub=client)
     assert manifest.path.name == "SmolVLM-256M-Q8_0.gguf"
     assert len(manifest.files) == 1
+    assert manifest.projector is not None  # it comes as the model's projector (tests/models/test_projector_pull.py)
+    assert manifest.projector.path.name == "mmproj-SmolVLM-256M-Instruct-Q8_0.gguf"
 
 
 def test_a_file_reference_pulls_exactly_that_file(client: HubClient, store: ModelStore, settings: Settings) -> None:
@@ -349,7 +352,9 @@ def test_two_names_for_one_file_share_it_until_the_last_is_removed(
 def test_a_split_model_is_pulled_whole_and_answers(
     client: HubClient, store: ModelStore, settings: Settings, tmp_path: Path
 ) -> None:
-    manifest = pull(store, SPLIT, settings, hub=client)
+    # its projector (a header without weights here) stays on the Hub: this model is served
+    manifest = pull(store, SPLIT, settings, hub=client, mmproj=False)
+    assert manifest.projector is None
     assert [f.path.name for f in manifest.files] == [
         f"{SPLIT_STEM}-00001-of-00002.gguf",
         f"{SPLIT_STEM}-00002-of-00002.gguf",

@@ -2,6 +2,9 @@
 
 Looks in Ollama's store, the Hugging Face hub cache, LM Studio's model folders and folders the user named.
 It reads directory listings, Ollama manifests and GGUF headers only: nothing is copied, moved or written.
+A multimodal projector is never a model of its own: an ``mmproj*.gguf`` beside a model file (in its folder or one
+above it, the one closest to its precision, as ``llama-server -hf`` picks in a repository) is the model's projector,
+and so is an Ollama model's projector layer.
 Directory symlinks are not followed while walking (no loops); file symlinks are (HF snapshots are links).
 """
 
@@ -18,7 +21,8 @@ from pathlib import Path, PurePosixPath
 
 from localinfer.errors import LocalInferError
 from localinfer.models.files import FileGroup, group_model_files, quant_label, split_prefix
-from localinfer.models.metadata import cached_gguf_info
+from localinfer.models.metadata import cached_gguf_info, cached_projector_info
+from localinfer.models.projector import best_projector
 from localinfer.models.store import Manifest, ModelFile, is_valid_name
 
 log = logging.getLogger(__name__)
@@ -26,6 +30,7 @@ log = logging.getLogger(__name__)
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _OLLAMA_REGISTRY = "registry.ollama.ai"
 _OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+_OLLAMA_PROJECTOR_LAYER = "application/vnd.ollama.image.projector"
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -110,30 +115,45 @@ def _scan_ollama(root: Path) -> Iterator[Manifest]:
             name = f"{model}:{tag}" if namespace == "library" else f"{namespace}/{model}:{tag}"
         else:
             name = f"{host}/{namespace}/{model}:{tag}"
-        layer = _ollama_model_layer(path)
-        if layer is None:
+        layers = _ollama_layers(path)
+        if layers is None:
             continue
-        digest, size = layer
-        blob = root / "blobs" / f"sha256-{digest}"
-        if (stat := _stat(blob)) is None or stat.st_size != size:
-            log.warning("skipping Ollama model %s: its blob %s is missing or not %d bytes", name, blob, size)
+        model, projector = layers
+        blob = _ollama_blob(root, name, *model)
+        if blob is None:
             continue
-        manifest = _manifest(name, f"ollama:{path}", [blob], [digest])
+        paired = _ollama_blob(root, name, *projector) if projector is not None else None
+        projector_file = (paired, projector[0]) if paired is not None and projector is not None else None
+        manifest = _manifest(name, f"ollama:{path}", [blob], [model[0]], projector=projector_file)
         if manifest is not None:
             yield manifest
 
 
-def _ollama_model_layer(path: Path) -> tuple[str, int] | None:
-    """(sha256 hex, size) of the manifest's model layer; None (logged) when the manifest cannot say."""
+def _ollama_blob(root: Path, name: str, digest: str, size: int) -> Path | None:
+    """The blob of a layer, when it is there with the layer's size (else logged)."""
+    blob = root / "blobs" / f"sha256-{digest}"
+    if (stat := _stat(blob)) is None or stat.st_size != size:
+        log.warning("skipping Ollama model %s's blob %s: it is missing or not %d bytes", name, blob, size)
+        return None
+    return blob
+
+
+def _ollama_layers(path: Path) -> tuple[tuple[str, int], tuple[str, int] | None] | None:
+    """(sha256 hex, size) of the manifest's model layer and of its first projector layer (None when it has none);
+    None (logged) when the manifest cannot say."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        found: dict[str, tuple[str, int]] = {}
         for layer in data["layers"]:
-            if layer["mediaType"] == _OLLAMA_MODEL_LAYER:
+            kind = layer["mediaType"]
+            if kind in (_OLLAMA_MODEL_LAYER, _OLLAMA_PROJECTOR_LAYER) and kind not in found:
                 algo, _, digest = str(layer["digest"]).partition(":")
                 size = layer["size"]
                 if algo != "sha256" or not _SHA256_RE.match(digest) or not isinstance(size, int):
-                    raise ValueError(f"bad model layer digest or size: {layer['digest']!r}, {size!r}")
-                return digest, size
+                    raise ValueError(f"bad layer digest or size: {layer['digest']!r}, {size!r}")
+                found[kind] = (digest, size)
+        if _OLLAMA_MODEL_LAYER in found:
+            return found[_OLLAMA_MODEL_LAYER], found.get(_OLLAMA_PROJECTOR_LAYER)
         log.warning("skipping Ollama manifest %s: it has no model layer", path)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("skipping malformed Ollama manifest %s: %s", path, exc)
@@ -151,12 +171,15 @@ def _scan_hf_cache(root: Path) -> Iterator[Manifest]:
         repo_id = repo_dir.name.removeprefix("models--").replace("--", "/")
         for commit in _hf_commits(repo_dir):
             snapshot = repo_dir / "snapshots" / commit
-            groups = _complete_groups(snapshot, _walk_files(snapshot))
-            for group, label in _labelled(groups):
+            files = _walk_files(snapshot)
+            for group, label in _labelled(_complete_groups(snapshot, files)):
                 paths = [snapshot / p for p in group.paths]
                 hashes = [_hf_blob_sha256(p) for p in paths]
                 source = f"hf-cache:{repo_id}@{commit}"
-                yield from _optional(_manifest(f"hf.co/{repo_id}:{label}", source, paths, hashes, revision=commit))
+                found = _projector(snapshot, files, group)
+                projector = (found, _hf_blob_sha256(found)) if found is not None else None
+                name = f"hf.co/{repo_id}:{label}"
+                yield from _optional(_manifest(name, source, paths, hashes, revision=commit, projector=projector))
 
 
 def _hf_commits(repo_dir: Path) -> list[str]:
@@ -198,15 +221,20 @@ def _scan_lmstudio(root: Path) -> Iterator[Manifest]:
             for group, label in _labelled(_complete_groups(repo, files)):
                 paths = [repo / p for p in group.paths]
                 name = f"lmstudio/{publisher.name}/{repo.name}:{label}"
-                yield from _optional(_manifest(name, f"lmstudio:{paths[0]}", paths))
+                found = _projector(repo, files, group)
+                projector = (found, None) if found is not None else None
+                yield from _optional(_manifest(name, f"lmstudio:{paths[0]}", paths, projector=projector))
 
 
 def _scan_extra(root: Path) -> Iterator[Manifest]:
     """Every GGUF model under ``root``, recursively, named after its file stem made safe."""
-    for group in _complete_groups(root, _walk_files(root)):
+    files = _walk_files(root)
+    for group in _complete_groups(root, files):
         paths = [root / p for p in group.paths]
         name = _UNSAFE_NAME_CHARS.sub("-", _stem(group.main)).lstrip(".-")
-        yield from _optional(_manifest(name, f"dir:{paths[0]}", paths))
+        found = _projector(root, files, group)
+        projector = (found, None) if found is not None else None
+        yield from _optional(_manifest(name, f"dir:{paths[0]}", paths, projector=projector))
 
 
 # -- shared ----------------------------------------------------------------------------------------------
@@ -224,6 +252,14 @@ def _complete_groups(base: Path, files: list[Path]) -> list[FileGroup]:
     return groups
 
 
+def _projector(base: Path, files: list[Path], group: FileGroup) -> Path | None:
+    """The projector among ``files`` (under ``base``) that goes with the model ``group``, as llama.cpp picks one in a
+    repository; None when there is none."""
+    rel = [f.relative_to(base).as_posix() for f in files if not f.name.endswith(".incomplete")]
+    chosen = best_projector(rel, group.main)
+    return base / chosen if chosen is not None else None
+
+
 def _labelled(groups: list[FileGroup]) -> list[tuple[FileGroup, str]]:
     """Each group with its name's tag: its quantization when unique among ``groups``, else its file stem."""
     counts = Counter(g.quant for g in groups)
@@ -237,9 +273,15 @@ def _stem(path: str) -> str:
 
 
 def _manifest(
-    name: str, source: str, paths: list[Path], sha256s: list[str | None] | None = None, revision: str | None = None
+    name: str,
+    source: str,
+    paths: list[Path],
+    sha256s: list[str | None] | None = None,
+    revision: str | None = None,
+    projector: tuple[Path, str | None] | None = None,
 ) -> Manifest | None:
-    """A Manifest for ``paths`` (main file first), or None when the name is invalid or a file is unusable."""
+    """A Manifest for ``paths`` (main file first) and its ``projector`` (path and sha256), or None when the name is
+    invalid or a file is unusable. A projector that is not one is left out, with a warning."""
     hashes = sha256s if sha256s is not None else [None] * len(paths)
     if not is_valid_name(name):
         log.debug("skipping %s: %r cannot be a model name", source, name)
@@ -262,7 +304,18 @@ def _manifest(
         quantization=quantization or quant_label(paths[0].name),
         created=int(stats[0].st_mtime),
         revision=revision,
+        projector=_projector_file(name, *projector) if projector is not None else None,
     )
+
+
+def _projector_file(name: str, path: Path, sha256: str | None) -> ModelFile | None:
+    try:
+        size = path.stat().st_size
+        cached_projector_info(path)
+    except (LocalInferError, OSError) as exc:
+        log.warning("%s's projector %s is left out: %s", name, path, getattr(exc, "message", exc))
+        return None
+    return ModelFile(path=path, size=size, sha256=sha256)
 
 
 def _optional(manifest: Manifest | None) -> Iterator[Manifest]:

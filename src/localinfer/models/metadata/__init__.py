@@ -3,7 +3,8 @@
 - ``gguf``: a GGUF file's header (architecture, shape, context, quantization, chat template, FIM tokens);
 - ``folder``: a model folder's config, ONNX ``genai_config.json`` or Hugging Face ``config.json``, as FolderFacts;
 - ``hf``: a folder's Hugging Face tokenizer files (chat template, special tokens) and ``config.json`` fields;
-- ``onnx``: an onnxruntime-genai folder's ``genai_config.json`` fields.
+- ``onnx``: an onnxruntime-genai folder's ``genai_config.json`` fields;
+- ``projector``: a multimodal projector's (``mmproj`` GGUF) header: what it sees and hears, its widths and weights.
 
 Weights are never read. The public names below load their module on first use, so a backend that reads only a
 folder's JSON files does not import the ``gguf`` package (and numpy) with them.
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         read_gguf_thinking,
     )
     from localinfer.models.metadata.hf import read_folder_thinking
+    from localinfer.models.metadata.projector import ProjectorInfo, cached_projector_info, read_projector_info
 
 _HOMES = {
     "FolderFacts": "folder",
@@ -49,15 +51,20 @@ _HOMES = {
     "read_gguf_tensors": "gguf",
     "read_gguf_thinking": "gguf",
     "read_folder_thinking": "hf",
+    "ProjectorInfo": "projector",
+    "cached_projector_info": "projector",
+    "read_projector_info": "projector",
 }
 
 __all__ = [
     "FolderFacts",
     "FolderFormat",
     "GGUFInfo",
+    "ProjectorInfo",
     "Scalar",
     "cached_folder_facts",
     "cached_gguf_info",
+    "cached_projector_info",
     "folder_format",
     "read_chat_template",
     "read_folder_facts",
@@ -66,6 +73,7 @@ __all__ = [
     "read_gguf_metadata",
     "read_gguf_tensors",
     "read_gguf_thinking",
+    "read_projector_info",
 ]
 
 
