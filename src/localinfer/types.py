@@ -377,6 +377,8 @@ class ModelInfo:
     context_length: int | None = None  # the loaded context when loaded, else the trained one (None: unknown)
     loading: bool = False
     format: str = "gguf"  # gguf, onnx (an onnxruntime-genai folder) or hf (a Hugging Face safetensors folder)
+    projector: str | None = None  # the multimodal projector (mmproj GGUF) it loads with, when it has one
+    modalities: tuple[str, ...] = ()  # what it takes besides text through that projector: vision, audio
 
 
 OLLAMA_FORMAT_NAMES = {"gguf": "gguf", "onnx": "onnx", "hf": "safetensors"}  # ModelInfo.format as Ollama's API says it

@@ -69,6 +69,7 @@ from localinfer.hardware.model_profile import ModelProfile, from_path, with_draf
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.hardware.rpc_devices import RemoteDevice
+from localinfer.models.projector import modalities
 from localinfer.models.store import Manifest, ModelSource
 from localinfer.types import (
     DEFAULT_KV_CACHE_TYPE,
@@ -519,6 +520,7 @@ class Engine:
     def _info(self, manifest: Manifest) -> ModelInfo:
         runner = self._scheduler.get(manifest.name)
         loaded = runner is not None and runner.is_ready
+        projector = manifest.projector.path if manifest.projector is not None else None
         return ModelInfo(
             name=manifest.name,
             path=str(manifest.path),
@@ -530,6 +532,8 @@ class Engine:
             context_length=runner.backend.facts.n_ctx if loaded and runner is not None else trained_context(manifest),
             loading=runner is not None and not runner.ready.done(),
             format=manifest.format,
+            projector=str(projector) if projector is not None else None,
+            modalities=modalities(projector),
         )
 
     def loaded(self) -> list[LoadedModel]:

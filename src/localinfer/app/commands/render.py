@@ -18,3 +18,11 @@ def section(title: str, rows: Iterable[str]) -> list[str]:
 def row(label: str, value: str | None, *, width: int = LABEL_WIDTH) -> str:
     """``label`` padded to ``width`` then ``value``; the label alone when ``value`` is None."""
     return label if value is None else f"{label.ljust(width)}{value}"
+
+
+def format_parameters(count: int) -> str:
+    """A parameter count the way model cards write it: ``134.5M``, ``1.2B``, ``950K``; below 1000 as is."""
+    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if round(count / scale, 1) >= 1:
+            return f"{count / scale:.1f}".removesuffix(".0") + suffix
+    return str(count)

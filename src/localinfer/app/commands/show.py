@@ -7,7 +7,14 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.lineage import lineage_json, lineage_text
-from localinfer.app.commands.render import row, section
+from localinfer.app.commands.projector_facts import (
+    Seen,
+    projector_capabilities,
+    projector_json,
+    projector_of,
+    projector_section,
+)
+from localinfer.app.commands.render import format_parameters, row, section
 from localinfer.errors import LocalInferError
 from localinfer.models import metadata
 
@@ -58,10 +65,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if folder is None:
         info = metadata.read_gguf_info(manifest.path)
         thinking = metadata.read_gguf_thinking(manifest.path)
+        seen = projector_of(manifest)
         if args.json:
-            print(json.dumps(as_json(manifest, info, thinking) | lineage_json(settings, manifest), indent=2))
+            shown = as_json(manifest, info, thinking) | projector_json(seen, info) | lineage_json(settings, manifest)
+            shown["capabilities"] += [sense for sense, _ in projector_capabilities(seen)]
+            print(json.dumps(shown, indent=2))
         else:
-            print(render(manifest, info, thinking) + lineage_text(settings, manifest))
+            print(render(manifest, info, thinking, seen) + lineage_text(settings, manifest))
     else:
         thinking = metadata.read_folder_thinking(manifest.path)
         shown = folder_as_json(manifest, folder, thinking) if args.json else None
@@ -145,8 +155,11 @@ def folder_as_json(manifest: Manifest, facts: FolderFacts, thinking: ThinkingMar
     }
 
 
-def render(manifest: Manifest, info: GGUFInfo, thinking: ThinkingMarkers | None = None) -> str:
-    """The facts as indented sections (Model, Capabilities, License, Source, Files); unknown facts are left out."""
+def render(
+    manifest: Manifest, info: GGUFInfo, thinking: ThinkingMarkers | None = None, seen: Seen | None = None
+) -> str:
+    """The facts as indented sections (Model, Capabilities, Projector, License, Source, Files); unknown facts are
+    left out."""
     model: list[tuple[str, str | None]] = [
         ("name", manifest.name),
         ("format", manifest.format),
@@ -163,7 +176,9 @@ def render(manifest: Manifest, info: GGUFInfo, thinking: ThinkingMarkers | None 
     if info.fim:
         caps.append(("insert (FIM)", "fill-in-the-middle tokens"))
     caps += _thinking_row(thinking)
-    return _layout(manifest, model, caps, info.license or "not stated in the file")
+    caps += projector_capabilities(seen)
+    projector = projector_section(seen, info)
+    return _layout(manifest, model, caps, info.license or "not stated in the file", projector)
 
 
 def render_folder(manifest: Manifest, facts: FolderFacts, thinking: ThinkingMarkers | None = None) -> str:
@@ -185,12 +200,17 @@ def render_folder(manifest: Manifest, facts: FolderFacts, thinking: ThinkingMark
 
 
 def _layout(
-    manifest: Manifest, model: list[tuple[str, str | None]], caps: list[tuple[str, str | None]], license: str | None
+    manifest: Manifest,
+    model: list[tuple[str, str | None]],
+    caps: list[tuple[str, str | None]],
+    license: str | None,
+    projector: list[str] | None = None,
 ) -> str:
-    files = [f"{f.path}  {f.size / _MB:.1f} MB" for f in manifest.files]
+    files = [f"{f.path}  {f.size / _MB:.1f} MB" for f in manifest.all_files]
     lines = [
         *section("Model", [row(label, value) for label, value in model if value is not None]),
         *section("Capabilities", [row(label, value) for label, value in caps]),
+        *(section("Projector", projector) if projector else []),
         *(section("License", [license]) if license is not None else []),
         *section("Source", [manifest.source]),
         *section("Files", files),
@@ -199,15 +219,7 @@ def _layout(
 
 
 def _files_json(manifest: Manifest) -> list[dict[str, Any]]:
-    return [{"path": str(f.path), "size": f.size, "sha256": f.sha256} for f in manifest.files]
-
-
-def format_parameters(count: int) -> str:
-    """A parameter count the way model cards write it: ``134.5M``, ``1.2B``, ``950K``; below 1000 as is."""
-    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
-        if round(count / scale, 1) >= 1:
-            return f"{count / scale:.1f}".removesuffix(".0") + suffix
-    return str(count)
+    return [{"path": str(f.path), "size": f.size, "sha256": f.sha256} for f in manifest.all_files]
 
 
 def _heads(head_count: int | None, head_count_kv: int | None) -> str | None:

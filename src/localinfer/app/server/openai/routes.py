@@ -26,7 +26,15 @@ from localinfer.app.server.openai.tools_wire import tool_calls_body
 from localinfer.app.server.openai.wire import ChatCompletionBody, CompletionBody
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
-from localinfer.types import CompletionRequest, InfillRequest, Timings, TokenLogprob, TokenStream, ToolCall
+from localinfer.types import (
+    CompletionRequest,
+    InfillRequest,
+    ModelInfo,
+    Timings,
+    TokenLogprob,
+    TokenStream,
+    ToolCall,
+)
 
 router = APIRouter(
     prefix="/v1", route_class=FastJSONRoute
@@ -40,13 +48,23 @@ def _model_card(name: str, created: int) -> dict[str, Any]:
 @router.get("/models")
 async def list_models(request: Request) -> dict[str, Any]:
     """OpenAI's list; llama-server's clients (``GET /models``, no ``/v1``) find each model under ``models`` too,
-    named as Ollama's list names them."""
+    named as Ollama's list names them, with llama-server's ``capabilities`` (``multimodal`` for one with a
+    projector)."""
     models = engine_of(request).models()
     return {
         "object": "list",
         "data": [_model_card(m.name, m.created) for m in models],
-        "models": [{"name": m.name, "model": m.name, "type": "model", "capabilities": ["completion"]} for m in models],
+        "models": [
+            {"name": m.name, "model": m.name, "type": "model", "capabilities": llama_server_capabilities(m)}
+            for m in models
+        ],
     }
+
+
+def llama_server_capabilities(model: ModelInfo) -> list[str]:
+    """What llama-server's model list says a model does: ``completion``, and ``multimodal`` when it loads a projector
+    (images or sounds, alike)."""
+    return ["completion", "multimodal"] if model.modalities else ["completion"]
 
 
 @router.get("/models/{model_id:path}")
