@@ -51,7 +51,7 @@ from localinfer.engine.infill import infill_tokens
 from localinfer.engine.inflight import InFlight
 from localinfer.engine.memory import RAM, MachineMemory, plan_need
 from localinfer.engine.metrics import EngineMetrics
-from localinfer.engine.profiles import model_profile, trained_context
+from localinfer.engine.profiles import model_profile, trained_context, with_its_projector
 from localinfer.engine.reasoning import chat_reply, honoured
 from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
 from localinfer.engine.templates import RenderedPrompt, chat_template
@@ -253,13 +253,17 @@ class Engine:
         """What the planner reads of ``manifest``, with its draft model beside it when one drafts for it (the model
         alone, with a warning, when the draft cannot be read: serve checked it at start, so it was removed since,
         and the load will say so)."""
-        profile = model_profile(manifest)
+        profile = with_its_projector(model_profile(manifest), self._listed_projector(manifest))
         try:
             draft = self._draft_for(manifest)
             return with_draft(profile, from_path(draft)) if draft is not None else profile
         except LocalInferError as exc:
             log.warning("planning %s without its draft model: %s", manifest.name, exc.message)
             return profile
+
+    def _listed_projector(self, manifest: Manifest) -> Path | None:
+        """The projector that goes with ``manifest``'s model, as its manifest pairs them (listings and the plan)."""
+        return manifest.projector.path if manifest.projector is not None else None
 
     def _draft_for(self, manifest: Manifest) -> Path | None:
         """The draft model's file when ``manifest`` speculates with one (GGUF models, served by llama.cpp)."""
@@ -520,7 +524,7 @@ class Engine:
     def _info(self, manifest: Manifest) -> ModelInfo:
         runner = self._scheduler.get(manifest.name)
         loaded = runner is not None and runner.is_ready
-        projector = manifest.projector.path if manifest.projector is not None else None
+        projector = self._listed_projector(manifest)
         return ModelInfo(
             name=manifest.name,
             path=str(manifest.path),

@@ -3,11 +3,14 @@ backend serves it is ``backends/registry.py``'s table."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from localinfer.backends.registry import PLANNED_FORMATS
 from localinfer.errors import LocalInferError, ModelLoadError
-from localinfer.hardware.model_profile import ModelProfile, from_gguf, from_path
+from localinfer.hardware.model_profile import ModelProfile, from_gguf, from_path, with_projector
 from localinfer.models.metadata import cached_gguf_info, read_gguf_info
 from localinfer.models.metadata.onnx import model_folder
+from localinfer.models.projector import projector_facts
 from localinfer.models.store import Manifest
 
 _CONVERT_AGAIN = "convert it again with 'localinfer convert', or 'localinfer rm' it"
@@ -22,6 +25,15 @@ def model_profile(manifest: Manifest) -> ModelProfile:
         return from_path(model_folder(manifest.path), manifest.name)
     except (OSError, ValueError, LookupError, TypeError) as exc:
         raise ModelLoadError(f"the {manifest.format} model {manifest.name} cannot be read: {exc}", hint=hint) from exc
+
+
+def with_its_projector(profile: ModelProfile, projector: Path | None) -> ModelProfile:
+    """``profile`` with the projector at ``projector`` counted (its weights and compute buffer); as it is without
+    one, or with one that cannot be read (its load says why)."""
+    facts = projector_facts(projector)
+    if facts is None:
+        return profile
+    return with_projector(profile, facts.size_bytes, facts.compute_bytes)
 
 
 def trained_context(manifest: Manifest) -> int | None:

@@ -1,5 +1,5 @@
 """What the planner needs to know about a model, read from its files before it is loaded: format, size, layers,
-trained context and the key/value cache a token takes."""
+trained context, the key/value cache a token takes, and its multimodal projector's weights and compute buffer."""
 
 from __future__ import annotations
 
@@ -27,6 +27,13 @@ class ModelProfile:
     context_train: int | None = None
     kv_bytes_per_token: int | None = None
     quantization: str | None = None
+    projector_bytes: int = 0  # a multimodal projector's weights, loaded beside the model (llama.cpp's clip)
+    projector_compute_bytes: int = 0  # and the compute buffer it reserves to encode an image
+
+    @property
+    def projector_total(self) -> int:
+        """What the projector takes, on the device it goes to: its weights and its compute buffer."""
+        return self.projector_bytes + self.projector_compute_bytes
 
     @property
     def layer_bytes(self) -> int:
@@ -46,6 +53,11 @@ def with_draft(model: ModelProfile, draft: ModelProfile) -> ModelProfile:
     if model.kv_bytes_per_token is not None or draft.kv_bytes_per_token is not None:
         kv = (model.kv_bytes_per_token or 0) + (draft.kv_bytes_per_token or 0)
     return replace(model, size_bytes=model.size_bytes + draft.size_bytes, kv_bytes_per_token=kv)
+
+
+def with_projector(model: ModelProfile, weights: int, compute: int) -> ModelProfile:
+    """``model`` with a multimodal projector of ``weights`` bytes that reserves ``compute`` bytes to encode."""
+    return replace(model, projector_bytes=weights, projector_compute_bytes=compute)
 
 
 def _kv_bytes(layers: int | None, kv_heads: int | None, key: int | None, value: int | None) -> int | None:

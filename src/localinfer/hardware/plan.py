@@ -64,6 +64,7 @@ class Overrides:
     tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, workers first; (): by memory
     engine: str | None = None  # the engine for Hugging Face folders (vllm, sglang, tgi, trtllm); None: vLLM
     engine_asked: bool = True  # False: ``engine`` was chosen by the folder's files (a built TensorRT-LLM engine)
+    projector_offload: bool = True  # a multimodal projector computes on the GPU where there is one (--mmproj-offload)
 
 
 @dataclass(frozen=True)
@@ -182,21 +183,27 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
     reasons.append(why_kv)
     kv_scale = kv_cache_scale(type_k, type_v)
     kv_token = int((model.kv_bytes_per_token or 0) * kv_scale)
+    fixed = model.size_bytes + CPU_COMPUTE_RESERVE + model.projector_total  # what the context does not change
+    projector_on_gpu = bool(model.projector_total and gpus and overrides.projector_offload)
+    if model.projector_total:
+        reasons.append(_projector_reason(model, gpus, projector_on_gpu))
+        if projector_on_gpu and not unified:
+            gpu_room = max(gpu_room - model.projector_total, 0)  # the layers get what the projector leaves
 
     # The context shrinks (unless it was asked for) until one slot fits beside the weights; when the weights
     # alone do not fit, shrinking it would not help.
-    weights_fit = model.size_bytes + kv_token * CTX_FLOOR + CPU_COMPUTE_RESERVE <= room
-    while not overrides.ctx_size and weights_fit and model.size_bytes + kv_token * ctx + CPU_COMPUTE_RESERVE > room:
+    weights_fit = fixed + kv_token * CTX_FLOOR <= room
+    while not overrides.ctx_size and weights_fit and fixed + kv_token * ctx > room:
         ctx //= 2
         why_ctx = f"context {ctx} tokens: a longer one would not fit in memory"
     reasons.append(why_ctx)
 
-    slots = overrides.parallel or _slots(room - model.size_bytes - CPU_COMPUTE_RESERVE, kv_token * ctx)
+    slots = overrides.parallel or _slots(room - fixed, kv_token * ctx)
     reasons.append(
         f"{slots} slot{'s' if slots != 1 else ''}"
         + (" as asked" if overrides.parallel else ", as many as memory holds")
     )
-    need = model.size_bytes + kv_token * ctx * slots + CPU_COMPUTE_RESERVE
+    need = fixed + kv_token * ctx * slots
     fits = need <= room
     if not fits:
         reasons.append(f"needs {_gb(need)} but only {_gb(room)} can be used here: it will swap or fail to load")
@@ -256,6 +263,16 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
         cache_type_v=type_v,
         split=split,
     )
+
+
+def _projector_reason(model: ModelProfile, gpus: list[GPUInfo], on_gpu: bool) -> str:
+    taken = (
+        f"the projector takes {model.projector_total / MiB:.0f} MiB ({model.projector_bytes / MiB:.0f} MiB of weights "
+        f"and about {model.projector_compute_bytes / MiB:.0f} MiB to encode an image)"
+    )
+    if on_gpu:
+        return f"{taken} on {_devices(gpus)}"
+    return f"{taken} in RAM" + (" (--no-mmproj-offload)" if gpus else "")
 
 
 def _rpc_layers(overrides: Overrides, gpus: list[GPUInfo], layers_total: int) -> tuple[int, str, str]:

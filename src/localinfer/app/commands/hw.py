@@ -153,7 +153,9 @@ def model_profile(library: ModelLibrary, ref: str) -> ModelProfile:
     manifest = library.resolve(ref)
     if manifest.format != "gguf":
         return engine_profiles.model_profile(manifest)  # by its genai_config.json or config.json
-    return from_gguf(manifest.name, cached_gguf_info(manifest.path), manifest.size)
+    profile = from_gguf(manifest.name, cached_gguf_info(manifest.path), manifest.size)
+    projector = manifest.projector.path if manifest.projector is not None else None
+    return engine_profiles.with_its_projector(profile, projector)
 
 
 def planned_engine(library: ModelLibrary, ref: str, engine: str | None) -> str:
