@@ -132,6 +132,7 @@ class HttpClient:
         tags = await self._get("/api/tags")
         # Ollama's listings tag every name (smollm2:latest); localinfer's names are what the server calls the models
         running = {untagged(str(m.get("name"))): m for m in (await self._get("/api/ps")).get("models") or ()}
+        senses = await self._modalities()
         models = []
         for tag in tags.get("models") or ():
             name = untagged(str(tag.get("name") or tag.get("model") or ""))
@@ -147,9 +148,21 @@ class HttpClient:
                     created=_timestamp(tag.get("modified_at")),
                     context_length=loaded.get("context_length") if loaded is not None else None,
                     format=_FORMATS.get(str(details.get("format")), "gguf"),
+                    modalities=senses.get(name, ()),
                 )
             )
         return sorted(models, key=lambda m: (not m.loaded, m.name))
+
+    async def _modalities(self) -> dict[str, tuple[str, ...]]:
+        """What each model the server lists as ``multimodal`` (llama-server's list) takes besides text, as its
+        ``/api/show`` capabilities say (``vision``, ``audio``); models of text alone are not asked about."""
+        listed = (await self._get("/v1/models")).get("models") or ()
+        multimodal = [str(m.get("name")) for m in listed if "multimodal" in (m.get("capabilities") or ())]
+        senses = {}
+        for name in multimodal:
+            shown = (await self._request("POST", "/api/show", model=name, json={"model": name})).json()
+            senses[name] = tuple(c for c in shown.get("capabilities") or () if c in ("vision", "audio"))
+        return senses
 
     async def load(self, model: str, *, context_length: int | None = None) -> None:
         """Have the server load ``model``. ``context_length`` is ignored: a server keeps the context it was

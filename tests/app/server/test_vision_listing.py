@@ -1,10 +1,12 @@
 """What the model listings say a model with a projector sees, without loading it: Ollama's ``/api/show`` (the
 ``vision`` and ``audio`` capabilities, ``projector_info``) through the official ollama client, and the
-``multimodal`` capability of llama-server's ``/models`` list (and ``/v1/models``). The projectors are headers only
+``multimodal`` capability of llama-server's ``/models`` list (and ``/v1/models``), and what the app's remote client
+learns from them. The projectors are headers only
 (tests/projector_gguf.py): nothing here loads them."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,7 @@ import httpx
 import ollama
 import pytest
 
+from localinfer.client.remote import HttpClient
 from localinfer.models.store import Manifest, ModelFile, ModelStore
 from tests.app.server.conftest import Server, serving
 from tests.projector_gguf import write_projector
@@ -70,3 +73,14 @@ def test_the_model_lists_say_multimodal_as_llama_server_does(server: Server) -> 
             "smol-sees": ["completion", "multimodal"],
             "smol-hears": ["completion", "multimodal"],
         }
+
+
+def test_the_apps_remote_client_learns_what_each_model_sees(server: Server) -> None:
+    async def listed() -> dict[str, tuple[str, ...]]:
+        client = HttpClient(server.url)
+        try:
+            return {m.name: m.modalities for m in await client.models()}
+        finally:
+            await client.close()
+
+    assert asyncio.run(listed()) == {"smollm2": (), "smol-sees": ("vision",), "smol-hears": ("vision", "audio")}

@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from localinfer.app.tui.attachments import Attachment
 from localinfer.errors import LocalInferError
 
 MessageState = Literal["complete", "streaming", "stopped", "interrupted", "error"]
@@ -25,10 +26,19 @@ MESSAGE_STATES: tuple[MessageState, ...] = ("complete", "streaming", "stopped", 
 ROLES = ("user", "assistant")
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 40
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _STATE_NOTES = {"stopped": "_The reply was stopped._", "interrupted": "_The app closed before this reply finished._"}
 
-_SCHEMA = """
+# The images attached to user messages, in order (their bytes: the files may move or go)
+_ATTACHMENTS = """
+CREATE TABLE attachments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    name TEXT NOT NULL, mime TEXT NOT NULL, data BLOB NOT NULL);
+CREATE INDEX attachments_by_message ON attachments(message_id, id)"""
+
+_SCHEMA = (
+    """
 CREATE TABLE conversations (
     id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, model TEXT, settings TEXT NOT NULL,
     created REAL NOT NULL, updated REAL NOT NULL);
@@ -39,8 +49,10 @@ CREATE TABLE messages (
     ttft_ms REAL, tokens_per_second REAL, error TEXT,
     reasoning TEXT NOT NULL DEFAULT '', thinking_ms REAL, thinking_tokens INTEGER);
 CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
-CREATE INDEX conversations_by_updated ON conversations(updated)
+CREATE INDEX conversations_by_updated ON conversations(updated);
 """
+    + _ATTACHMENTS
+)
 
 # What each older schema version needs to become the current one.
 _MIGRATIONS = {
@@ -49,6 +61,7 @@ _MIGRATIONS = {
         "ALTER TABLE messages ADD COLUMN thinking_ms REAL",
         "ALTER TABLE messages ADD COLUMN thinking_tokens INTEGER",
     ),
+    2: tuple(_ATTACHMENTS.split(";")),
 }
 
 
@@ -294,6 +307,18 @@ class ConversationStore:
             sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY id"
             return [StoredMessage(*row) for row in self._db.execute(sql, (conversation_id,))]
 
+    def attachments(self, conversation_id: int) -> dict[int, tuple[Attachment, ...]]:
+        """The images attached to the conversation's messages, by message id, each message's in order."""
+        found: dict[int, list[Attachment]] = {}
+        with self._lock:
+            sql = (
+                "SELECT a.message_id, a.name, a.mime, a.data FROM attachments a JOIN messages m ON m.id = a.message_id"
+                " WHERE m.conversation_id = ? ORDER BY a.message_id, a.id"
+            )
+            for message_id, name, mime, data in self._db.execute(sql, (conversation_id,)):
+                found.setdefault(message_id, []).append(Attachment(name, mime, bytes(data)))
+        return {message_id: tuple(images) for message_id, images in found.items()}
+
     def add_message(
         self,
         conversation_id: int,
@@ -302,8 +327,10 @@ class ConversationStore:
         *,
         state: MessageState = "complete",
         model: str | None = None,
+        attachments: tuple[Attachment, ...] = (),
     ) -> StoredMessage:
-        """Append a message and bump ``updated``. The first user message names a chat still called "New chat"."""
+        """Append a message (with the images ``attachments`` in order) and bump ``updated``. The first user message
+        names a chat still called "New chat"."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, not {role!r}")
         _check_state(state)
@@ -317,6 +344,8 @@ class ConversationStore:
                 "INSERT INTO messages (conversation_id, role, content, state, model, created) VALUES (?, ?, ?, ?, ?, ?)"
             )
             message_id = self._db.execute(sql, (conversation_id, role, content, state, model, now)).lastrowid
+            sql = "INSERT INTO attachments (message_id, name, mime, data) VALUES (?, ?, ?, ?)"
+            self._db.executemany(sql, [(message_id, a.name, a.mime, a.data) for a in attachments])
             sql = "UPDATE conversations SET title = ?, updated = ? WHERE id = ?"
             self._db.execute(sql, (title, now, conversation_id))
             assert message_id is not None
@@ -366,6 +395,7 @@ class ConversationStore:
         """The conversation as Markdown: a title, a list of its facts, then one section per message (a reply's
         thinking in a ``<details>`` block before its answer)."""
         conversation, messages = self.get(conversation_id), self.messages(conversation_id)
+        attached = self.attachments(conversation_id)
         created = datetime.fromtimestamp(conversation.created).strftime("%Y-%m-%d %H:%M")
         facts = [f"- Model: {conversation.model or 'none'}", f"- Created: {created}"]
         if system_prompt := conversation.settings.system_prompt.strip():
@@ -378,6 +408,8 @@ class ConversationStore:
                 blocks.append(f"## Assistant ({message.model})" if message.model else "## Assistant")
                 if message.reasoning.strip():  # collapsed where Markdown is shown, as the app shows it
                     blocks.append(f"<details><summary>Thinking</summary>\n\n{message.reasoning.strip()}\n\n</details>")
+            if message.id in attached:
+                blocks.append("_Attached: " + ", ".join(a.chip.removeprefix("🖼 ") for a in attached[message.id]) + "_")
             if message.content.strip():
                 blocks.append(message.content.strip("\n"))
             if message.state in _STATE_NOTES:

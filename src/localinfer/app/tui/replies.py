@@ -3,22 +3,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from localinfer.app.tui.attachments import Attachment, with_markers
 from localinfer.app.tui.conversations import ConversationSettings, StoredMessage
 from localinfer.types import ChatMessage, ChatRequest, GenerationOptions, SamplingParams, Thinking, TokenChunk
 
 
-def chat_request(model: str, settings: ConversationSettings, history: list[StoredMessage]) -> ChatRequest:
+def chat_request(
+    model: str,
+    settings: ConversationSettings,
+    history: list[StoredMessage],
+    attachments: Mapping[int, tuple[Attachment, ...]] | None = None,
+) -> ChatRequest:
     """The request for the next reply: the system prompt, then every message that was not an error (a reply with
-    its thinking given back, for the model's template to keep or drop), with the conversation's think switch and
+    its thinking given back, for the model's template to keep or drop; a message's images, ``attachments`` by
+    message id, as its media parts, a marker each before its text), with the conversation's think switch and
     thinking budget."""
+    attached = attachments or {}
     messages = [ChatMessage("system", settings.system_prompt)] if settings.system_prompt else []
-    messages += [
-        ChatMessage(m.role, m.content, reasoning=m.reasoning or None)
-        for m in history
-        if m.state != "error" and m.content
-    ]
+    for m in history:
+        if m.state == "error" or not m.content:
+            continue
+        images = attached.get(m.id, ())
+        content = with_markers(m.content, images)
+        media = tuple(a.part() for a in images)
+        messages.append(ChatMessage(m.role, content, reasoning=m.reasoning or None, media=media))
     sampling = SamplingParams(temperature=settings.temperature, top_p=settings.top_p)
     return ChatRequest(
         model,

@@ -12,8 +12,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, ListView
+from textual.widgets import Footer, ListView, Static
 
+from localinfer.app.tui.attachments import Attachment, AttachmentError, image_command, read_attachment
 from localinfer.app.tui.conversations import Conversation, MessageState, StoredMessage
 from localinfer.app.tui.host import TuiHost
 from localinfer.app.tui.replies import ReplyTiming, chat_request
@@ -48,6 +49,7 @@ class ChatScreen(Screen[None]):
         super().__init__(id="chat-screen")
         self.conversation: Conversation | None = None
         self._stopping = False
+        self.attached: list[Attachment] = []  # images to go with the next message, shown as chips over the prompt
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The thinking's key is offered only where a reply has thinking."""
@@ -64,6 +66,7 @@ class ChatScreen(Screen[None]):
             yield ConversationList(id="conversation-list")
             with Vertical(id="chat-main"):
                 yield VerticalScroll(id="messages")
+                yield Static("", id="attachments")
                 yield PromptInput(id="prompt")
         yield StatusBar(id="status-bar")
         yield Footer()
@@ -90,7 +93,8 @@ class ChatScreen(Screen[None]):
         log = self.query_one("#messages", VerticalScroll)
         await log.remove_children()
         messages = self.li_app.store.messages(conversation.id)
-        views = [self._view(m) for m in messages]
+        attached = self.li_app.store.attachments(conversation.id)
+        views = [self._view(m, attached.get(m.id, ())) for m in messages]
         await log.mount_all(views)
         for view, message in zip(views, messages, strict=True):
             if message.role == "assistant":
@@ -112,12 +116,13 @@ class ChatScreen(Screen[None]):
         current = self.conversation.id if self.conversation else None
         await self.query_one(ConversationList).show(self.li_app.store.list_conversations(), current=current)
 
-    def _view(self, message: StoredMessage) -> MessageView:
+    def _view(self, message: StoredMessage, attachments: tuple[Attachment, ...] = ()) -> MessageView:
         author = "You" if message.role == "user" else (message.model or "assistant")
         return MessageView(
             message.role,
             message.content,
             author=author,
+            chips=tuple(a.chip for a in attachments),
             message_id=message.id,
             reasoning=message.reasoning,
             thinking_ms=message.thinking_ms,
@@ -167,6 +172,11 @@ class ChatScreen(Screen[None]):
     async def prompt_submitted(self, event: PromptInput.PromptSubmitted) -> None:
         if self.conversation is None:
             return
+        command = image_command(event.text)
+        if command is not None:
+            self.query_one(PromptInput).clear()
+            await (self.attach(Path(command)) if command else self.detach_all())
+            return
         if self.generating:
             self.notify("a reply is still coming: Esc stops it", severity="warning")
             return
@@ -174,17 +184,69 @@ class ChatScreen(Screen[None]):
             self.notify("pick a model first (Ctrl+O)", severity="warning")
             self.action_models()
             return
+        images = tuple(self.attached)
+        if images and not await self._sees(self.conversation.model):
+            return
         self.query_one(PromptInput).clear()
         store = self.li_app.store
-        message = store.add_message(self.conversation.id, "user", event.text)
-        await self.query_one("#messages", VerticalScroll).mount(self._view(message))
+        message = store.add_message(self.conversation.id, "user", event.text, attachments=images)
+        await self.detach_all(quiet=True)
+        await self.query_one("#messages", VerticalScroll).mount(self._view(message, images))
         await self._reply()
+
+    # --- images ----------------------------------------------------------------------------------------
+
+    @on(PromptInput.AttachRequested)
+    async def attach_requested(self, event: PromptInput.AttachRequested) -> None:
+        await self.attach(event.path)
+
+    async def attach(self, path: Path) -> None:
+        """Attach the image at ``path`` to the next message, when it is one and the model sees; else say why in
+        one line."""
+        try:
+            image = read_attachment(path)
+        except AttachmentError as exc:
+            self.notify(f"{exc.message}. {exc.hint}".strip(), title="not attached", severity="warning")
+            return
+        if self.model is not None and not await self._sees(self.model):
+            return
+        self.attached.append(image)
+        self._show_attached()
+
+    async def detach_all(self, *, quiet: bool = False) -> None:
+        """Drop the images attached to the next message (``/image`` alone)."""
+        if not self.attached and not quiet:
+            self.notify("no image is attached: /image PATH attaches one", severity="warning")
+        self.attached.clear()
+        self._show_attached()
+
+    def _show_attached(self) -> None:
+        chips = self.query_one("#attachments", Static)
+        chips.update("  ".join(a.chip for a in self.attached))
+        chips.display = bool(self.attached)
+
+    async def _sees(self, model: str) -> bool:
+        """Whether ``model`` sees images; a model that does not is said in one line. A client that cannot list its
+        models lets the image go: the server answers for it."""
+        try:
+            info = next((m for m in await self.li_app.client.models() if m.name == model), None)
+        except LocalInferError:
+            return True
+        if info is None or "vision" in info.modalities:
+            return True
+        self.notify(
+            f"{model} does not see images: it has no vision projector. Pick a model marked 'image' (Ctrl+O), or "
+            "send the text alone (/image drops the attached)",
+            severity="warning",
+        )
+        return False
 
     async def _reply(self) -> None:
         assert self.conversation is not None
         store = self.li_app.store
         conversation = self.conversation = store.get(self.conversation.id)
         history = store.messages(conversation.id)
+        attachments = store.attachments(conversation.id)
         reply = store.add_message(conversation.id, "assistant", "", state="streaming", model=conversation.model)
         view = self._view(reply)
         log = self.query_one("#messages", VerticalScroll)
@@ -192,7 +254,7 @@ class ChatScreen(Screen[None]):
         log.anchor()
         await self.refresh_list()
         assert conversation.model is not None
-        self.generate(chat_request(conversation.model, conversation.settings, history), reply, view)
+        self.generate(chat_request(conversation.model, conversation.settings, history, attachments), reply, view)
 
     @work(exclusive=True, group="generation")
     async def generate(self, request: ChatRequest, reply: StoredMessage, view: MessageView) -> None:

@@ -1,4 +1,5 @@
-"""The models screen: local models (stored and found in place), which are loaded; pick, pull, remove."""
+"""The models screen: local models (stored and found in place), which are loaded and which see; pick, pull,
+remove."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ _MB = 1_000_000
 
 def size_text(n: int) -> str:
     return f"{n / 1000 / _MB:.1f} GB" if n >= 1000 * _MB else f"{n / _MB:.0f} MB"
+
+
+def sees_text(model: ModelInfo) -> str:
+    """What a model takes besides text, through its projector: ``image``, ``image, audio``; empty for text alone."""
+    return ", ".join({"vision": "image"}.get(m, m) for m in model.modalities)
 
 
 def state_text(model: ModelInfo, status: LoadedModelStatus | None = None) -> str:
@@ -71,7 +77,7 @@ class ModelsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#models-table", DataTable)
-        table.add_columns("NAME", "SIZE", "QUANT", "CONTEXT", "")
+        table.add_columns("NAME", "SIZE", "QUANT", "CONTEXT", "SEES", "")
         self.query_one("#pull-progress", ProgressBar).display = False
         status = self.query_one(StatusBar)
         status.model = self.li_app.chat_screen.model
@@ -96,6 +102,7 @@ class ModelsScreen(Screen[None]):
                 size_text(m.size_bytes),
                 m.quantization or "?",
                 str(m.context_length or "?"),
+                sees_text(m),
                 state_text(m, loaded.get(m.name)),
                 key=m.name,
             )

@@ -50,15 +50,17 @@ class MessageView(Vertical):
         reasoning: str = "",
         thinking_ms: float | None = None,
         thinking_tokens: int | None = None,
+        chips: tuple[str, ...] = (),
     ) -> None:
         """``reasoning`` (with how long and in how many tokens) is a stored reply's thinking: shown collapsed, or
-        expanded when the reply has no answer."""
+        expanded when the reply has no answer; ``chips`` are a user message's attached images, shown above it."""
         super().__init__(classes=f"message {role}")
         self.role = role
         self.content = content
         self.author = author
         self.message_id = message_id
         self.reasoning = reasoning
+        self.chips = chips
         self.thinking_tokens = thinking_tokens or 0  # the pieces of thinking streamed so far, or the stored count
         self._thinking_ms = thinking_ms
         self._stream: MarkdownStream | None = None
@@ -69,6 +71,8 @@ class MessageView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(self.author, classes="author")
+        if self.chips:
+            yield Static("  ".join(self.chips), classes="chips")
         if self.reasoning:
             seconds = self._thinking_ms / 1000 if self._thinking_ms is not None else None
             tokens = self.thinking_tokens or None
