@@ -92,6 +92,11 @@ def settings(tmp_path: Path) -> Settings:
     return Settings().with_overrides(home=tmp_path / "home")
 
 
+class Events(list[ProgressEvent]):
+    def __call__(self, event: ProgressEvent) -> None:
+        self.append(event)
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -103,8 +108,8 @@ def cdn_paths(hub: HubStandIn, since: int) -> list[str]:
 def test_the_projector_closest_to_the_models_precision_comes_with_it_and_is_registered(
     hub: HubStandIn, client: HubClient, store: ModelStore, settings: Settings, cache: Path
 ) -> None:
-    events: list[ProgressEvent] = []
-    q4 = pull(store, VL, settings, hub=client, progress=events.append)
+    events = Events()
+    q4 = pull(store, VL, settings, hub=client, progress=events)
     assert q4.path.name == "Tiny-VL-Q4_K_M.gguf"
     assert q4.projector is not None and q4.projector.path.name == "mmproj-Tiny-VL-Q4_0.gguf"
     assert q4.projector.path.is_relative_to(cache / "models--ggml-org--Tiny-VL-GGUF" / "snapshots")

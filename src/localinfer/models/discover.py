@@ -118,13 +118,13 @@ def _scan_ollama(root: Path) -> Iterator[Manifest]:
         layers = _ollama_layers(path)
         if layers is None:
             continue
-        model, projector = layers
-        blob = _ollama_blob(root, name, *model)
+        model_layer, projector_layer = layers
+        blob = _ollama_blob(root, name, *model_layer)
         if blob is None:
             continue
-        paired = _ollama_blob(root, name, *projector) if projector is not None else None
-        projector_file = (paired, projector[0]) if paired is not None and projector is not None else None
-        manifest = _manifest(name, f"ollama:{path}", [blob], [model[0]], projector=projector_file)
+        paired = _ollama_blob(root, name, *projector_layer) if projector_layer is not None else None
+        projector = (paired, projector_layer[0]) if paired is not None and projector_layer is not None else None
+        manifest = _manifest(name, f"ollama:{path}", [blob], [model_layer[0]], projector=projector)
         if manifest is not None:
             yield manifest
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from localinfer.app.cli import main
-from localinfer.app.commands.show import format_parameters
+from localinfer.app.commands.render import format_parameters
 from localinfer.models.metadata import read_chat_template
 from localinfer.models.store import Manifest, ModelStore, hf_manifest
 from tests.conftest import MakeGGUF

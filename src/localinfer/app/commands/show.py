@@ -67,9 +67,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         thinking = metadata.read_gguf_thinking(manifest.path)
         seen = projector_of(manifest)
         if args.json:
-            shown = as_json(manifest, info, thinking) | projector_json(seen, info) | lineage_json(settings, manifest)
-            shown["capabilities"] += [sense for sense, _ in projector_capabilities(seen)]
-            print(json.dumps(shown, indent=2))
+            facts = as_json(manifest, info, thinking) | projector_json(seen, info) | lineage_json(settings, manifest)
+            facts["capabilities"] += [sense for sense, _ in projector_capabilities(seen)]
+            print(json.dumps(facts, indent=2))
         else:
             print(render(manifest, info, thinking, seen) + lineage_text(settings, manifest))
     else:
