@@ -7,6 +7,7 @@ in several precisions beside it); the projectors are small clip GGUFs that carry
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from localinfer.models.hub import HubClient
 from localinfer.models.pull import pull
 from localinfer.models.store import ModelStore
 from localinfer.progress import ProgressEvent
+from tests.app.commands.test_pull_cli import hub_env, pull_command
 from tests.conftest import write_gguf
 from tests.hub_standin import HubStandIn
 from tests.projector_gguf import write_projector
@@ -192,3 +194,19 @@ def test_rm_deletes_the_owned_projector_with_its_model_once_no_other_name_uses_i
     assert b.projector is not None and b.projector.path.exists()
     store.remove(b.name)
     assert not b.projector.path.exists() and not b.path.exists()
+
+
+def test_the_pull_command_says_it_took_the_projector_and_no_mmproj_leaves_it(hub: HubStandIn, tmp_path: Path) -> None:
+    env = hub_env(hub.url, tmp_path)
+    with_it = subprocess.run(pull_command(VL), env=env, capture_output=True, text=True, timeout=120)
+    assert with_it.returncode == 0, with_it.stderr
+    pulled, projector = with_it.stdout.splitlines()
+    assert pulled.startswith(f"pulled {VL} ") and projector.strip().startswith("with its projector")
+    assert projector.endswith("mmproj-Tiny-VL-Q4_0.gguf")
+    without = subprocess.run(
+        pull_command(f"{VL}:F16", "--no-mmproj"), env=env, capture_output=True, text=True, timeout=120
+    )
+    assert without.returncode == 0, without.stderr
+    assert len(without.stdout.splitlines()) == 1
+    registered = ModelStore(tmp_path / "home" / "models").get(f"{VL}:F16")
+    assert registered is not None and registered.projector is None

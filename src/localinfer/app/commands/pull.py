@@ -37,8 +37,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--catalog", action="store_true", help="list the short model names localinfer knows")
     p.add_argument(
         "--no-mmproj",
-        dest="mmproj",
-        action="store_false",
+        action="store_true",
         help="leave a Hub repository's multimodal projector (mmproj-*.gguf) on the Hub: the model will not see "
         "images (as llama-server's -hf --no-mmproj)",
     )
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     sink: ProgressSink = ignore_progress if args.quiet else renderer
     try:
         manifest = pull(
-            store, args.model, settings, name=args.name, progress=sink, fits=machine_fits(), mmproj=args.mmproj
+            store, args.model, settings, name=args.name, progress=sink, fits=machine_fits(), mmproj=not args.no_mmproj
         )
     except KeyboardInterrupt:
         renderer.close()
