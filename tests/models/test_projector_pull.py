@@ -18,7 +18,8 @@ from huggingface_hub import hf_hub_download
 from localinfer.config import Settings
 from localinfer.errors import PullError
 from localinfer.models.hub import HubClient
-from localinfer.models.pull import pull
+from localinfer.models.library import ModelLibrary
+from localinfer.models.pull import ensure_model, pull
 from localinfer.models.store import ModelStore
 from localinfer.progress import ProgressEvent
 from tests.app.commands.test_pull_cli import hub_env, pull_command
@@ -210,3 +211,22 @@ def test_the_pull_command_says_it_took_the_projector_and_no_mmproj_leaves_it(hub
     assert len(without.stdout.splitlines()) == 1
     registered = ModelStore(tmp_path / "home" / "models").get(f"{VL}:F16")
     assert registered is not None and registered.projector is None
+
+
+def test_rm_counts_the_projectors_bytes_among_those_freed(client: HubClient, tmp_path: Path) -> None:
+    settings = Settings().with_overrides(home=tmp_path / "home", discover=False)
+    library = ModelLibrary.from_settings(settings)
+    manifest = pull(library.store, VL, settings, hub=client)
+    assert manifest.projector is not None
+    assert library.remove(VL) == manifest.size + manifest.projector.size
+
+
+def test_a_model_whose_projector_went_missing_is_pulled_again_with_it(
+    client: HubClient, store: ModelStore, settings: Settings
+) -> None:
+    manifest = pull(store, VL, settings, hub=client)
+    assert manifest.projector is not None
+    manifest.projector.path.unlink()
+    assert not manifest.files_present()
+    again = ensure_model(ModelLibrary(store, None), VL, settings, hub=client)
+    assert again.projector is not None and again.projector.path.is_file()

@@ -98,12 +98,13 @@ class ModelLibrary:
         raise ModelNotFound(name, hint="run 'localinfer ls' to see the models here")
 
     def remove(self, name: str) -> int:
-        """Unregister ``name`` and delete the files only it uses; the bytes freed (0 when its files were kept).
+        """Unregister ``name`` and delete the files only it uses (its projector's too); the bytes freed (0 when its
+        files were kept).
 
         Raises ModelNotFound, and ModelManagedElsewhere for another tool's model, which localinfer only lists.
         """
         manifest = self.removable(name)
-        present = [f for f in manifest.files if f.path.exists()]
+        present = [f for f in manifest.all_files if f.path.exists()]
         self.store.remove(name)
         return sum(f.size for f in present if not f.path.exists())
 

@@ -256,9 +256,10 @@ def ensure_model(
         return pull(library.store, ref_or_name, settings, progress=progress, hub=hub, fits=fits)
     if manifest is None:
         raise ModelNotFound(ref_or_name)
+    gone = next((f.path for f in manifest.all_files if not f.path.is_file()), manifest.path)
     raise ModelNotFound(
         ref_or_name,
-        hint=f"its file {manifest.path} is missing or changed size; pull it again, or 'localinfer rm' it",
+        hint=f"its file {gone} is missing or changed size; pull it again, or 'localinfer rm' it",
     )
 
 
