@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from localinfer.errors import LocalInferError
 from localinfer.models.files import FileGroup, group_model_files, quant_label, split_prefix
 from localinfer.models.metadata import cached_gguf_info
+from localinfer.models.ollama_layers import with_ollama_layers
 from localinfer.models.store import Manifest, ModelFile, is_valid_name
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def _scan_ollama(root: Path) -> Iterator[Manifest]:
             continue
         manifest = _manifest(name, f"ollama:{path}", [blob], [digest])
         if manifest is not None:
-            yield manifest
+            yield with_ollama_layers(manifest, root, path)  # its template, system, params... as Ollama runs it
 
 
 def _ollama_model_layer(path: Path) -> tuple[str, int] | None:

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from localinfer.errors import ModelNotFound, PullError
+from localinfer.models import defaults as model_defaults
+from localinfer.models.defaults import NO_DEFAULTS, ModelDefaults
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ class Manifest:
     created: int
     revision: str | None = None
     projector: ModelFile | None = None  # a vision/audio projector (mmproj GGUF) that goes with the model
+    adapters: tuple[ModelFile, ...] = ()  # GGUF LoRA adapters applied to it (a Modelfile's ADAPTER), at scale 1
+    defaults: ModelDefaults = NO_DEFAULTS  # what it runs with unless a request says otherwise (a Modelfile's)
 
     @property
     def path(self) -> Path:
@@ -75,7 +79,12 @@ class Manifest:
 
     def files_present(self) -> bool:
         """True when every file exists with its recorded size."""
-        return all(_has_size(f.path, f.size) for f in self.files)
+        return all(_has_size(f.path, f.size) for f in self.every_file)
+
+    @property
+    def every_file(self) -> tuple[ModelFile, ...]:
+        """The model's files with its projector and adapters: what removing another model must not delete."""
+        return (*self.files, *((self.projector,) if self.projector else ()), *self.adapters)
 
 
 class ModelSource(Protocol):
@@ -191,8 +200,8 @@ class ModelStore:
         if manifest is None:
             raise ModelNotFound(name)
         self._manifest_path(name).unlink(missing_ok=True)
-        still_used = {f.path for m in self.list() for f in m.files}
-        for f in manifest.files:
+        still_used = {f.path for m in self.list() for f in m.every_file}
+        for f in manifest.every_file:
             if f.path in still_used:
                 continue
             if f.path.parent == self.blobs_dir:
@@ -264,14 +273,16 @@ class ModelStore:
             "name": manifest.name,
             "source": manifest.source,
             "format": manifest.format,
-            "files": [
-                {"path": self._store_path(f.path), "size": f.size, "sha256": f.sha256, "owned": f.owned}
-                for f in manifest.files
-            ],
+            "files": [self._file_json(f) for f in manifest.files],
             "quantization": manifest.quantization,
             "created": manifest.created,
             "revision": manifest.revision,
+            **({"adapters": [self._file_json(f) for f in manifest.adapters]} if manifest.adapters else {}),
+            **({"defaults": model_defaults.to_json(manifest.defaults)} if not manifest.defaults.empty else {}),
         }
+
+    def _file_json(self, f: ModelFile) -> dict[str, Any]:
+        return {"path": self._store_path(f.path), "size": f.size, "sha256": f.sha256, "owned": f.owned}
 
     def _read(self, path: Path) -> Manifest | None:
         try:
@@ -282,15 +293,7 @@ class ModelStore:
             log.warning("ignoring unreadable manifest %s: %s", path, exc)
             return None
         try:
-            files = tuple(
-                ModelFile(
-                    path=self._load_path(f["path"]),
-                    size=int(f["size"]),
-                    sha256=f.get("sha256"),
-                    owned=bool(f.get("owned", False)),
-                )
-                for f in data["files"]
-            )
+            files = tuple(self._file(f) for f in data["files"])
             if not files:
                 raise ValueError("no files")
             return Manifest(
@@ -301,10 +304,17 @@ class ModelStore:
                 quantization=data.get("quantization"),
                 created=int(data.get("created", 0)),
                 revision=data.get("revision"),
+                adapters=tuple(self._file(f) for f in data.get("adapters", ())),
+                defaults=model_defaults.from_json(data["defaults"]) if data.get("defaults") else NO_DEFAULTS,
             )
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("ignoring malformed manifest %s: %s", path, exc)
             return None
+
+    def _file(self, f: dict[str, Any]) -> ModelFile:
+        return ModelFile(
+            path=self._load_path(f["path"]), size=int(f["size"]), sha256=f.get("sha256"), owned=bool(f.get("owned"))
+        )
 
     def _store_path(self, path: Path) -> str:
         """Paths inside the store are kept relative to it, so the store can be moved as a whole."""
