@@ -194,11 +194,21 @@ def _base(library: ModelLibrary, spec: CreateSpec, settings: Settings, progress:
             return pull(library.store, spec.base, settings, progress=progress, local_files=False)
         if spec.base.startswith("pypi:"):
             return pull(library.store, spec.base, settings, progress=progress)
-        return ensure_model(library, spec.base, settings, progress)
+        return _as_known(library, ensure_model(library, spec.base, settings, progress))
     except ModelNotFound as exc:
         raise ModelNotFound(
             spec.base, hint="FROM takes a model name from 'localinfer ls', a .gguf file, or a Hub or pypi: reference"
         ) from exc
+
+
+def _as_known(library: ModelLibrary, base: Manifest) -> Manifest:
+    """``base``, a file used in place, with the files (digests, ownership) of a model here that is that file: a
+    Modelfile written by ``show --modelfile`` names its model's file. Nothing else of that model is taken."""
+    if not base.source.startswith("file:"):
+        return base
+    main = base.path.resolve()
+    known = next((m for m in library.list() if m.format == base.format and m.path.resolve() == main), None)
+    return base if known is None else dataclasses.replace(base, files=known.files, quantization=known.quantization)
 
 
 def _from_files(paths: tuple[Path, ...]) -> Manifest:

@@ -88,6 +88,8 @@ OPENAI: Final = {
     "num_predict": ("max_tokens", positive),
 }
 LLAMA_CPP: Final = {**SAMPLING, "num_predict": ("n_predict", at_least(-1)), "num_keep": ("n_keep", as_is)}
+# fields that say what another does: a request that sets one sets the other (llama-server's max_tokens for n_predict)
+_SAME: Final = {"n_predict": ("max_tokens",)}
 ANTHROPIC: Final = {
     "temperature": ("temperature", at_most(1.0)),
     "top_p": ("top_p", as_is),
@@ -114,7 +116,8 @@ def fill(data: Any, fields: Mapping[str, tuple[str, Convert]], *, inside: str | 
         target = out[inside] = dict(target or {})
     assert isinstance(target, dict)
     for name, (field, convert) in fields.items():
-        if name in parameters and target.get(field) is None:
+        unset = all(target.get(f) is None for f in (field, *_SAME.get(field, ())))
+        if name in parameters and unset:
             value = convert(parameters[name])
             if value is not None:
                 target[field] = value
