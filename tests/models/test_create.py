@@ -8,6 +8,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,7 +87,10 @@ LICENSE MIT
 
 
 def test_show_modelfile_makes_the_same_model_again(library: ModelLibrary, settings: Settings, adapter: Path) -> None:
-    text = f"FROM base\nADAPTER {adapter}\nSYSTEM \" padded \"\nPARAMETER top_k 5\nMESSAGE user hi\nTEMPLATE {{{{ .Prompt }}}}\n"
+    text = (
+        f'FROM base\nADAPTER {adapter}\nSYSTEM " padded "\nPARAMETER top_k 5\nMESSAGE user hi\n'
+        "TEMPLATE {{ .Prompt }}\n"
+    )
     made(library, settings, "first", text, adapter.parent)
     first = library.find("first")
     assert first is not None
@@ -124,7 +128,9 @@ def test_removing_either_model_keeps_the_files_the_other_uses(
     assert not base.path.exists()  # the last model that used the store's blob is gone
 
 
-def test_cp_registers_the_same_model_under_a_second_name(library: ModelLibrary, settings: Settings, tmp_path: Path) -> None:
+def test_cp_registers_the_same_model_under_a_second_name(
+    library: ModelLibrary, settings: Settings, tmp_path: Path
+) -> None:
     made(library, settings, "mine", "FROM base\nSYSTEM s\nPARAMETER seed 3\n", tmp_path)
     copied = copy(library, "mine", "yours")
     mine = library.find("mine")
@@ -193,13 +199,15 @@ def test_the_cli_creates_shows_and_copies(
 
 def test_an_ollama_model_keeps_its_modelfile_layers(tmp_path: Path, make_gguf: MakeGGUF) -> None:
     root = tmp_path / "ollama"
-    layers = []
+    layers: list[dict[str, Any]] = []
 
     def blob(media: str, data: bytes) -> None:
         digest = hashlib.sha256(data).hexdigest()
         (root / "blobs").mkdir(parents=True, exist_ok=True)
         (root / "blobs" / f"sha256-{digest}").write_bytes(data)
-        layers.append({"mediaType": f"application/vnd.ollama.image.{media}", "digest": f"sha256:{digest}", "size": len(data)})
+        layers.append(
+            {"mediaType": f"application/vnd.ollama.image.{media}", "digest": f"sha256:{digest}", "size": len(data)}
+        )
 
     blob("model", make_gguf("weights.gguf").read_bytes())
     blob("template", GO_TEMPLATE.encode())
@@ -226,11 +234,13 @@ def test_an_ollama_model_keeps_its_modelfile_layers(tmp_path: Path, make_gguf: M
 def test_an_ollama_template_that_cannot_be_translated_leaves_the_ggufs_own(tmp_path: Path, make_gguf: MakeGGUF) -> None:
     root = tmp_path / "ollama"
     (root / "blobs").mkdir(parents=True)
-    layers = []
+    layers: list[dict[str, Any]] = []
     for media, data in (("model", make_gguf().read_bytes()), ("template", b'{{ template "x" . }}')):
         digest = hashlib.sha256(data).hexdigest()
         (root / "blobs" / f"sha256-{digest}").write_bytes(data)
-        layers.append({"mediaType": f"application/vnd.ollama.image.{media}", "digest": f"sha256:{digest}", "size": len(data)})
+        layers.append(
+            {"mediaType": f"application/vnd.ollama.image.{media}", "digest": f"sha256:{digest}", "size": len(data)}
+        )
     path = root / "manifests" / "registry.ollama.ai" / "library" / "odd" / "latest"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"layers": layers}))

@@ -205,7 +205,7 @@ class Engine:
             cache_type_v=chosen.cache_type_v,
         )
 
-    def _context(self, manifest: Manifest, ctx_size: int | None) -> int | None:
+    def _context(self, manifest: Manifest, ctx_size: int | None) -> int:
         """The context ``manifest`` loads with: ``ctx_size`` when asked, else its Modelfile's ``num_ctx``, else the
         configured one (Ollama's order)."""
         if ctx_size is not None:
@@ -719,7 +719,6 @@ async def _rendered(runner: Runner, request: ChatRequest) -> RenderedPrompt:
     tools = request.tools if request.tool_choice != "none" else ()
     messages = with_defaults(request.messages, runner.manifest.defaults)
     return runner.template.render(messages, tools, thinking_asked(request), request.template_kwargs)
-
 
 
 def thinking_asked(request: ChatRequest) -> Thinking:

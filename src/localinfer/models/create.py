@@ -256,7 +256,12 @@ def _adapter(path: Path, line: int, progress: ProgressSink) -> ModelFile:
 
 
 def _quantized(
-    store: ModelStore, made: Manifest, base: Manifest, type_name: str, quantizer: Quantizer | None, progress: ProgressSink
+    store: ModelStore,
+    made: Manifest,
+    base: Manifest,
+    type_name: str,
+    quantizer: Quantizer | None,
+    progress: ProgressSink,
 ) -> Manifest:
     """``made`` with its weights quantized to ``type_name``: quantized under a passing name, then registered as
     ``made`` and the passing name dropped (its file kept, now ``made``'s)."""

@@ -41,10 +41,22 @@ _FIELDS: Final = {
     "ToolCallID": "tool_call_id",
     "ID": "id",
 }
-_STRUCTURED: Final = {"tools", "arguments", "parameters", "properties", "tool_calls", "messages", "function", "required"}
+_STRUCTURED: Final = {
+    "tools",
+    "arguments",
+    "parameters",
+    "properties",
+    "tool_calls",
+    "messages",
+    "function",
+    "required",
+}
 _ESCAPE = re.compile(r"\{(?=[{%#])")  # text that Jinja would read as a tag
 _COMPARE: Final = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_SYSTEM = "{%+ set go_system = messages | selectattr('role', 'equalto', 'system') | map(attribute='content') | join('\\n\\n') +%}"
+_SYSTEM = (  # Ollama's .System: every system turn's text, joined
+    "{%+ set go_system = messages | selectattr('role', 'equalto', 'system') | map(attribute='content')"
+    " | join('\\n\\n') +%}"
+)
 
 
 class NotTranslatable(ValueError):
@@ -283,8 +295,8 @@ class _Translator:
                 raise NotTranslatable(f"the variable {name}, never declared")
             return self._fields(self.variables[name], fields)
         if word == ".":
-            dot = self.scopes[-1].dot
-            return dot if dot is not None else _refuse("{{ . }} at the top")
+            current = self.scopes[-1].dot
+            return current if current is not None else _refuse("{{ . }} at the top")
         if word.startswith("."):
             return self._fields(self.scopes[-1].dot, word[1:])
         raise NotTranslatable(f"the function {word}")

@@ -79,7 +79,9 @@ def parse(text: str) -> tuple[Command, ...]:
         check(command)
         commands.append(command)
     if not any(c.instruction == "FROM" for c in commands):
-        raise ModelfileError("the Modelfile has no FROM line", hint="start it with FROM and a model name or a .gguf file")
+        raise ModelfileError(
+            "the Modelfile has no FROM line", hint="start it with FROM and a model name or a .gguf file"
+        )
     return tuple(commands)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import ollama
@@ -111,7 +112,9 @@ def test_the_models_stop_string_ends_the_text_unless_the_request_gives_its_own(
 
 
 @pytest.mark.model
-def test_copy_and_delete_keep_the_files_the_copy_uses(managed: ManagedServer, client: ollama.Client, pirate: str) -> None:
+def test_copy_and_delete_keep_the_files_the_copy_uses(
+    managed: ManagedServer, client: ollama.Client, pirate: str
+) -> None:
     client.copy(pirate, "pirate-copy")
     client.delete(pirate)
     names = [m.model for m in client.list().models]
@@ -155,11 +158,11 @@ def test_an_upload_whose_digest_differs_is_refused_and_not_kept(managed: Managed
     ],
 )
 def test_a_create_that_cannot_make_a_model_is_an_error_and_registers_nothing(
-    managed: ManagedServer, client: ollama.Client, fields: dict[str, object], status: int, says: str
+    managed: ManagedServer, client: ollama.Client, fields: dict[str, Any], status: int, says: str
 ) -> None:
     before = sorted(p.name for p in managed.store.manifests_dir.iterdir())
     with pytest.raises(ollama.ResponseError) as caught:
-        client.create(model="broken", **fields)  # type: ignore[arg-type]
+        client.create(model="broken", **fields)
     assert caught.value.status_code == status
     assert says in caught.value.error
     assert sorted(p.name for p in managed.store.manifests_dir.iterdir()) == before

@@ -53,7 +53,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     renderer = ProgressLine(sys.stderr)
     sink: ProgressSink = ignore_progress if args.quiet else renderer
     try:
-        manifest = create(library, args.name, spec, settings, progress=sink, quantizer=quantizer(library.store, library))
+        manifest = create(
+            library, args.name, spec, settings, progress=sink, quantizer=quantizer(library.store, library)
+        )
     except KeyboardInterrupt:
         renderer.close()
         print("localinfer: create interrupted; nothing was registered", file=sys.stderr)

@@ -27,8 +27,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localinfer.app.server.core.defaults import NONE_SET, use_request_defaults
-from localinfer.app.server.core.model_defaults import parameters_of, use_model_parameters
 from localinfer.app.server.core.dialect import dialect_for
+from localinfer.app.server.core.model_defaults import parameters_of, use_model_parameters
 from localinfer.app.server.errors import error_body_for
 from localinfer.engine.metrics import set_route
 

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_n_predict, default_seed, default_temperature
-from localinfer.app.server.core.model_defaults import LLAMA_CPP, fill
 from localinfer.app.server.core.logit_bias import parse_logit_bias, shown_logit_bias
+from localinfer.app.server.core.model_defaults import LLAMA_CPP, fill
 from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
 from localinfer.types import GenerationOptions, Priority, ResponseFormat, SamplingParams

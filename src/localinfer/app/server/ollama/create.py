@@ -118,7 +118,9 @@ async def create(request: Request, body: CreateJSON) -> StreamingResponse | JSON
 @router.post("/copy")
 async def copy(request: Request, body: CopyJSON) -> Response:
     if not body.source or not body.destination:
-        raise InvalidRequest("source and destination are required", param="source" if not body.source else "destination")
+        raise InvalidRequest(
+            "source and destination are required", param="source" if not body.source else "destination"
+        )
     await _client(request).copy(body.source, body.destination)
     return Response(status_code=200)
 

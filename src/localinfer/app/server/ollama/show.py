@@ -68,7 +68,7 @@ async def show(request: Request, body: ShowJSON) -> dict[str, Any]:
     manifest = engine.manifest_of(info.name)
     own = manifest.defaults  # a Modelfile's, when the model was made from one
     template = own.template if own.template is not None else template
-    shown = {
+    shown: dict[str, Any] = {
         "license": "\n".join(own.license) or ((facts.license or "") if isinstance(facts, GGUFInfo) else ""),
         "modelfile": of_model(manifest),
         "parameters": _parameters(own, info.context_length),
