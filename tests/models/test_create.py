@@ -254,3 +254,20 @@ def test_an_unknown_message_role_from_a_request_is_refused(library: ModelLibrary
     with pytest.raises(ModelfileError, match="message role 'tool'"):
         create(library, "x", CreateSpec(base="base", messages=(("tool", "hi"),)), settings)
     assert library.find("x") is None
+
+
+def test_run_takes_a_models_parameters_under_its_own_flags() -> None:
+    from localinfer.models.defaults import ModelDefaults, with_parameters
+    from localinfer.types import GenerationOptions
+
+    defaults = ModelDefaults(parameters=(("num_predict", 9), ("stop", ("END",)), ("temperature", 0.1), ("top_k", 3)))
+    options = with_parameters(GenerationOptions(), defaults, given=())
+    assert (options.sampling.temperature, options.sampling.top_k, options.max_tokens, options.stop) == (
+        0.1,
+        3,
+        9,
+        ("END",),
+    )
+    flagged = GenerationOptions(max_tokens=4)
+    mine = with_parameters(flagged, defaults, given=("temperature", "num_predict"))
+    assert (mine.sampling.temperature, mine.max_tokens, mine.sampling.top_k) == (0.8, 4, 3)

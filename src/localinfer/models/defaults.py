@@ -7,11 +7,12 @@ own fields win over them, as in Ollama. The record lives inside the model's mani
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from localinfer.types import ChatMessage
+from localinfer.types import ChatMessage, GenerationOptions
 
 ParamValue = float | int | str | tuple[str, ...]
 ParamKind = Literal["int", "float", "list"]
@@ -147,3 +148,32 @@ def with_defaults(messages: tuple[ChatMessage, ...], defaults: ModelDefaults) ->
     system = own or ((ChatMessage("system", defaults.system),) if defaults.system else ())
     shots = tuple(ChatMessage(role, content) for role, content in defaults.messages)
     return (*system, *shots, *messages[len(own) :])
+
+
+_SAMPLING_FIELDS: Final = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+)
+
+
+def with_parameters(options: GenerationOptions, defaults: ModelDefaults, given: Collection[str]) -> GenerationOptions:
+    """``options`` with the model's parameters where the caller set nothing (``given``: the Ollama names of what it
+    set), for callers that build core options themselves (``localinfer run``)."""
+    own = {k: v for k, v in defaults.parameters if k not in given}
+    sampling: dict[str, Any] = {k: own[k] for k in _SAMPLING_FIELDS if k in own}
+    out = dataclasses.replace(options, sampling=dataclasses.replace(options.sampling, **sampling))
+    limit = own.get("num_predict")
+    if isinstance(limit, int) and limit > 0:
+        out = dataclasses.replace(out, max_tokens=limit)
+    stop = own.get("stop")
+    if isinstance(stop, tuple):
+        out = dataclasses.replace(out, stop=(*out.stop, *stop))
+    keep = own.get("num_keep")
+    return dataclasses.replace(out, n_keep=keep) if isinstance(keep, int) else out
