@@ -154,6 +154,7 @@ def test_an_upload_whose_digest_differs_is_refused_and_not_kept(managed: Managed
         ({"from_": SERVED, "parameters": {"mirostat": 1}}, 400, "mirostat"),
         ({"from_": SERVED, "messages": [{"role": "tool", "content": "x"}]}, 400, "role 'tool'"),
         ({"from_": "/etc/hostname"}, 404, "not found"),
+        ({"from_": SERVED, "quantize": "Q8_0"}, 400, "already quantized"),
         ({"files": {"x.gguf": "sha256:" + "1" * 64}}, 400, "upload it"),
     ],
 )

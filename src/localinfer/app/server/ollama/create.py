@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import Field
 
 from localinfer.app.server.limits import FastJSONRoute
-from localinfer.app.server.ollama.routes import NDJSON, _client, _progress_lines
+from localinfer.app.server.ollama.routes import _client, progress_answer
 from localinfer.app.server.ollama.wire import ModelBody, _Wire, json_body
 from localinfer.errors import InvalidRequest, ModelfileError
 from localinfer.models.create import CreateSpec
@@ -100,19 +100,7 @@ CopyJSON = Annotated[CopyBody, Depends(json_body(CopyBody))]
 async def create(request: Request, body: CreateJSON) -> StreamingResponse | JSONResponse:
     client = _client(request)
     events = client.create(body.target(), body.spec(client.store))
-    if not body.stream:
-        try:
-            async for _ in events:
-                continue  # the answer comes at the end
-        finally:
-            await events.aclose()
-        return JSONResponse({"status": "success"})
-    try:
-        first = await anext(events, None)  # a model that cannot be made fails here, as an HTTP status
-    except BaseException:
-        await events.aclose()
-        raise
-    return StreamingResponse(_progress_lines(first, events), media_type=NDJSON)
+    return await progress_answer(events, stream=body.stream)
 
 
 @router.post("/copy")
