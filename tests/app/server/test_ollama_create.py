@@ -14,7 +14,7 @@ import pytest
 
 from localinfer.models.modelfile import parse
 from localinfer.models.store import Manifest
-from tests.app.server.management import API_KEY, SERVED, ManagedServer, managed_server
+from tests.app.server.management import API_KEY, SERVED, SMOL_REPO, ManagedServer, managed_server
 from tests.conftest import MakeGGUF
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -134,6 +134,15 @@ def test_a_model_from_uploaded_blobs(managed: ManagedServer, client: ollama.Clie
     assert made is not None
     assert made.path == managed.store.blob_path(digest.removeprefix("sha256:"))
     assert made.defaults.system == "From a file."
+
+
+@pytest.mark.model
+def test_a_hub_base_that_is_not_here_is_pulled_first(managed: ManagedServer, client: ollama.Client) -> None:
+    lines = list(client.create(model="hubbed", from_=f"{SMOL_REPO}:Q4_K_M", system="Pulled.", stream=True))
+    assert lines[-1].status == "success"
+    base, made = managed.store.get(f"{SMOL_REPO}:Q4_K_M"), managed.store.get("hubbed")
+    assert base is not None and made is not None
+    assert made.files == base.files and made.defaults.system == "Pulled."
 
 
 @pytest.mark.model
