@@ -156,6 +156,12 @@ def test_tools_and_calls_are_read_through_their_fields() -> None:
     assert text == 'S:Be brief.\n- f: does f\nU:Hi\nA:f{"x": 1}\nA:'
 
 
+def test_a_tool_printed_whole_is_its_json_as_ollama_prints_it() -> None:
+    go = "{{ range $.Tools }}{{ . }}\n{{ end }}{{ range .Messages }}{{ .Content }}{{ end }}"
+    text = render(go, (CHAT[1],), (Tool("f", "does f"),))
+    assert text.startswith('{"function": {"description": "does f", "name": "f"') and text.endswith("\nHi")
+
+
 def test_jinja_is_not_taken_for_go() -> None:
     assert not is_go_template("{% for m in messages %}{{ m.content }}{% endfor %}")
     assert not is_go_template("{{ bos_token }}{{ messages[0].content }}")

@@ -145,6 +145,7 @@ def _legacy(pieces: list[_Piece]) -> str:
 class _Scope:
     kind: str  # root, if, range, with
     dot: str | None  # the Jinja expression ``.`` stands for (None: the root)
+    structured: bool = False  # ``.`` is an object Go prints as JSON (a tool, a call, a message)
 
 
 @dataclass
@@ -216,10 +217,13 @@ class _Translator:
                 self.variables[names[0]] = item
         if len(names) == 2:
             self.variables[names[0]], self.variables[names[1]] = index, item
-        self.scopes.append(_Scope("range", item))
+        last = source_text.strip().rsplit(".", 1)[-1]
+        self.scopes.append(_Scope("range", item, structured=last in ("Tools", "ToolCalls", "Messages")))
         return out
 
     def _structured(self, text: str) -> bool:
+        if text.strip() == ".":
+            return self.scopes[-1].structured
         last = re.split(r"[.\s]", text.strip().rstrip(")"))[-1]
         return _FIELDS.get(last, last.lower()) in _STRUCTURED and not text.startswith(("json ", "len "))
 
