@@ -95,6 +95,8 @@ def test_num_predict_applies_in_every_dialect_and_a_requests_own_limit_wins(
     forced = {"model": pirate, "prompt": "1, 2, 3,", "ignore_eos": True}  # no end of text: the limit ends it
     assert post(managed, "/v1/completions", forced).json()["usage"]["completion_tokens"] == 2
     assert post(managed, "/v1/completions", {**forced, "max_tokens": 5}).json()["usage"]["completion_tokens"] == 5
+    responses = {"model": pirate, "input": "1, 2, 3,", "ignore_eos": True}
+    assert post(managed, "/v1/responses", responses).json()["usage"]["output_tokens"] == 2
     assert post(managed, "/completion", forced).json()["tokens_predicted"] == 2
     assert post(managed, "/completion", {**forced, "n_predict": 4}).json()["tokens_predicted"] == 4
     reply = client.generate(model=pirate, prompt="Count to twenty.", options={"temperature": 0})
