@@ -130,3 +130,11 @@ class QuantizeError(LocalInferError):
 
 class SlotFileError(LocalInferError):
     """A slot's cache could not be saved to its file (llama-server's 500 "Unable to save slot")."""
+
+
+class ModelfileError(InvalidRequest):
+    """A Modelfile (or ``/api/create`` body) that cannot make a model; ``line`` is its 1-based line (0: none)."""
+
+    def __init__(self, message: str, *, line: int = 0, hint: str | None = None) -> None:
+        super().__init__(f"Modelfile line {line}: {message}" if line else message, hint=hint)
+        self.line = line

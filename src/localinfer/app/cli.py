@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from localinfer import __version__
 from localinfer.app.commands import (
     convert,
+    cp,
+    create,
     hw,
     imatrix,
     ls,
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-COMMANDS = (serve, run, pull, ls, show, rm, ps, stop, hw, rpc, convert, quantize, imatrix, perplexity)
+COMMANDS = (serve, run, pull, create, cp, ls, show, rm, ps, stop, hw, rpc, convert, quantize, imatrix, perplexity)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 
 import psutil
 
@@ -14,11 +14,12 @@ from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.engine.memory import RAM
 from localinfer.errors import ServerShuttingDown
+from localinfer.models.create import CreateSpec, copy, create
 from localinfer.models.hub import HubClient
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import pull
-from localinfer.models.store import Manifest
-from localinfer.progress import ProgressEvent
+from localinfer.models.store import Manifest, ModelStore
+from localinfer.progress import ProgressEvent, ProgressSink
 from localinfer.types import ChatRequest, ModelInfo, TokenChunk
 
 _DONE = object()
@@ -47,6 +48,10 @@ class LocalClient:
         self.serving = serving  # set by whoever starts the API server beside the app
 
     @property
+    def store(self) -> ModelStore:
+        return self._library.store
+
+    @property
     def where(self) -> str:
         return "in-process"
 
@@ -60,14 +65,36 @@ class LocalClient:
         """Load ``model``; the others stay loaded while they fit (the scheduler makes room when they do not)."""
         await self._engine.load(model, ctx_size=context_length)
 
-    async def pull(self, ref: str, *, local_files: bool = True) -> AsyncGenerator[ProgressEvent, None]:
+    def pull(self, ref: str, *, local_files: bool = True) -> AsyncGenerator[ProgressEvent, None]:
         """As ``localinfer pull REF``, in a thread; its progress events come back on the event loop.
 
         ``local_files=False`` (a pull asked for over HTTP) takes Hub, catalog and PyPI references only."""
+        store = self._library.store
+        return self._in_thread(
+            lambda sink: pull(store, ref, self._settings, progress=sink, hub=self._hub, local_files=local_files)
+        )
+
+    def create(self, name: str, spec: CreateSpec) -> AsyncGenerator[ProgressEvent, None]:
+        """As ``localinfer create NAME``, in a thread (a base model may be pulled, its weights quantized); its
+        progress events come back on the event loop, the last one ``success``."""
+        from localinfer.quantize.for_create import quantizer  # gguf and numpy: only when a model is made
+
+        library = self._library
+        quantize = quantizer(library.store, library)
+        return self._in_thread(
+            lambda sink: create(library, name, spec, self._settings, progress=sink, quantizer=quantize)
+        )
+
+    async def copy(self, source: str, destination: str) -> None:
+        """As ``localinfer cp SOURCE DESTINATION``."""
+        copy(self._library, source, destination)
+
+    async def _in_thread(self, work: Callable[[ProgressSink], object]) -> AsyncGenerator[ProgressEvent, None]:
+        """``work(sink)`` in a thread; the events it sends ``sink`` come back here. The consumer stopping stops it
+        at its next event (a partial download is kept); what it raises is raised here."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[object] = asyncio.Queue()
         stop = threading.Event()
-        store = self._library.store
 
         def sink(event: ProgressEvent) -> None:
             if stop.is_set():
@@ -76,7 +103,7 @@ class LocalClient:
 
         def run() -> None:
             try:
-                pull(store, ref, self._settings, progress=sink, hub=self._hub, local_files=local_files)
+                work(sink)
                 loop.call_soon_threadsafe(events.put_nowait, _DONE)
             except BaseException as exc:  # handed to the consumer, raised there
                 loop.call_soon_threadsafe(events.put_nowait, exc)

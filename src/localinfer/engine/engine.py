@@ -69,6 +69,7 @@ from localinfer.hardware.model_profile import ModelProfile, from_path, with_draf
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.hardware.rpc_devices import RemoteDevice
+from localinfer.models.defaults import NO_DEFAULTS, ModelDefaults, with_defaults
 from localinfer.models.projector import modalities
 from localinfer.models.store import Manifest, ModelSource
 from localinfer.types import (
@@ -151,7 +152,7 @@ class Engine:
         spec = LoadSpec(
             path=manifest.path,
             name=manifest.name,
-            ctx_size=s.ctx_size if ctx_size is None else ctx_size,
+            ctx_size=self._context(manifest, ctx_size),
             threads=s.threads,
             batch_size=s.batch_size,
             ubatch_size=s.ubatch_size,
@@ -205,6 +206,27 @@ class Engine:
             cache_type_v=chosen.cache_type_v,
         )
 
+    def _context(self, manifest: Manifest, ctx_size: int | None) -> int:
+        """The context ``manifest`` loads with: ``ctx_size`` when asked, else its Modelfile's ``num_ctx``, else the
+        configured one (Ollama's order)."""
+        if ctx_size is not None:
+            return ctx_size
+        num_ctx = manifest.defaults.parameter("num_ctx")
+        return num_ctx if isinstance(num_ctx, int) and num_ctx > 0 else self._settings.ctx_size
+
+    def model_defaults(self, model: str) -> ModelDefaults:
+        """What ``model`` runs with unless a request says otherwise (its Modelfile's); none for a name that is no
+        model (the request fails on its own)."""
+        try:
+            return self.manifest_of(model).defaults
+        except LocalInferError:
+            return NO_DEFAULTS
+
+    def manifest_of(self, model: str) -> Manifest:
+        """The manifest ``model`` is (or would be) loaded from. Raises ModelNotFound."""
+        runner = self._scheduler.get(model)
+        return runner.manifest if runner is not None else self._models.resolve(model)
+
     def _served(self, name: str) -> ServedAs:
         return self._served_as.get(name, NOT_OVERRIDDEN)
 
@@ -240,7 +262,7 @@ class Engine:
         its file's size where there is no plan; with the draft model beside it when one drafts for it (its
         weights and KV cache in the plan, its file's size without one)."""
         if self._hardware is not None and manifest.format in PLANNED_FORMATS:
-            overrides = self._overrides(manifest, (self._settings.ctx_size if ctx_size is None else ctx_size) or None)
+            overrides = self._overrides(manifest, self._context(manifest, ctx_size) or None)
             with suppress(LocalInferError):  # no plan: the files' size
                 return plan_need(plan(self._hardware, self._profile(manifest), overrides))
         draft_bytes = 0
@@ -303,7 +325,8 @@ class Engine:
             )
         await runner.backend.load(self._load_spec(manifest, runner.ctx_size))
         self.metrics.track(manifest.name, runner.backend.decode_stats())
-        runner.template = chat_template(runner.backend.facts, self._served(runner.manifest.name).chat_template)
+        override = self._served(manifest.name).chat_template or manifest.defaults.template
+        runner.template = chat_template(runner.backend.facts, override)
         facts = runner.backend.facts
         log.info(
             "model %s ready: %s, %d slots of %d tokens, chat template: %s",
@@ -702,7 +725,8 @@ async def _rendered(runner: Runner, request: ChatRequest) -> RenderedPrompt:
     if runner.template is None:
         raise ModelNotReady(f"model '{request.model}' is still loading")
     tools = request.tools if request.tool_choice != "none" else ()
-    return runner.template.render(request.messages, tools, thinking_asked(request), request.template_kwargs)
+    messages = with_defaults(request.messages, runner.manifest.defaults)
+    return runner.template.render(messages, tools, thinking_asked(request), request.template_kwargs)
 
 
 def thinking_asked(request: ChatRequest) -> Thinking:

@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from localinfer.errors import LocalInferError
 from localinfer.models.files import FileGroup, group_model_files, quant_label, split_prefix
 from localinfer.models.metadata import cached_gguf_info, cached_projector_info
+from localinfer.models.ollama_layers import with_ollama_layers
 from localinfer.models.projector import best_projector
 from localinfer.models.store import Manifest, ModelFile, is_valid_name
 
@@ -126,7 +127,7 @@ def _scan_ollama(root: Path) -> Iterator[Manifest]:
         projector = (paired, projector_layer[0]) if paired is not None and projector_layer is not None else None
         manifest = _manifest(name, f"ollama:{path}", [blob], [model_layer[0]], projector=projector)
         if manifest is not None:
-            yield manifest
+            yield with_ollama_layers(manifest, root, path)  # its template, system, params... as Ollama runs it
 
 
 def _ollama_blob(root: Path, name: str, digest: str, size: int) -> Path | None:

@@ -17,6 +17,7 @@ from localinfer.models.discover import DiscoveryRoots, default_roots, discover
 from localinfer.models.store import Manifest, ModelStore
 
 log = logging.getLogger(__name__)
+MADE_HERE = ("create:", "copy:")  # the sources of models made from others here (models/create.py)
 
 _OWNERS = {
     "ollama": "Ollama's store (use 'ollama rm')",
@@ -45,7 +46,8 @@ class ModelLibrary:
             return []
         registered = self.store.list()
         names = {m.name for m in registered}
-        seen = {_real(f.path) for m in registered for f in m.files}
+        # a model made or copied from another (create, cp) does not stand for the one it was made from
+        seen = {_real(f.path) for m in registered if not m.source.startswith(MADE_HERE) for f in m.files}
         found = []
         for manifest in discover(self.roots):
             main = _real(manifest.path)
@@ -104,7 +106,7 @@ class ModelLibrary:
         Raises ModelNotFound, and ModelManagedElsewhere for another tool's model, which localinfer only lists.
         """
         manifest = self.removable(name)
-        present = [f for f in manifest.all_files if f.path.exists()]
+        present = [f for f in manifest.every_file if f.path.exists()]
         self.store.remove(name)
         return sum(f.size for f in present if not f.path.exists())
 

@@ -215,7 +215,7 @@ def _choose(listing: RepoListing, ref: HubRef, fits: Callable[[int], bool] | Non
 
 def _model_files(registered: list[Manifest], fetched: list[FetchedFile]) -> tuple[ModelFile, ...]:
     """The manifest's files: owned when this pull downloaded them or a registered model already owns them."""
-    owned_before = {f.path for m in registered for f in m.all_files if f.owned}
+    owned_before = {f.path for m in registered for f in m.every_file if f.owned}
     return tuple(
         ModelFile(path=f.path, size=f.size, sha256=f.sha256, owned=f.downloaded or f.path in owned_before)
         for f in fetched
@@ -256,7 +256,7 @@ def ensure_model(
         return pull(library.store, ref_or_name, settings, progress=progress, hub=hub, fits=fits)
     if manifest is None:
         raise ModelNotFound(ref_or_name)
-    gone = next((f.path for f in manifest.all_files if not f.path.is_file()), manifest.path)
+    gone = next((f.path for f in manifest.every_file if not f.path.is_file()), manifest.path)
     raise ModelNotFound(
         ref_or_name,
         hint=f"its file {gone} is missing or changed size; pull it again, or 'localinfer rm' it",

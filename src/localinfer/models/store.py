@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from localinfer.errors import ModelNotFound, PullError
+from localinfer.models import defaults as model_defaults
+from localinfer.models.defaults import NO_DEFAULTS, ModelDefaults
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ class Manifest:
     created: int
     revision: str | None = None
     projector: ModelFile | None = None  # a vision/audio projector (mmproj GGUF) that goes with the model
+    adapters: tuple[ModelFile, ...] = ()  # GGUF LoRA adapters applied to it (a Modelfile's ADAPTER), at scale 1
+    defaults: ModelDefaults = NO_DEFAULTS  # what it runs with unless a request says otherwise (a Modelfile's)
 
     @property
     def path(self) -> Path:
@@ -74,13 +78,13 @@ class Manifest:
         return sum(f.size for f in self.files)
 
     def files_present(self) -> bool:
-        """True when every file exists with its recorded size (the projector too, when there is one)."""
-        return all(_has_size(f.path, f.size) for f in self.all_files)
+        """True when every file exists with its recorded size."""
+        return all(_has_size(f.path, f.size) for f in self.every_file)
 
     @property
-    def all_files(self) -> tuple[ModelFile, ...]:
-        """The model's files and then its projector's, when it has one."""
-        return self.files if self.projector is None else (*self.files, self.projector)
+    def every_file(self) -> tuple[ModelFile, ...]:
+        """The model's files with its projector and adapters: what removing another model must not delete."""
+        return (*self.files, *((self.projector,) if self.projector else ()), *self.adapters)
 
 
 class ModelSource(Protocol):
@@ -196,8 +200,8 @@ class ModelStore:
         if manifest is None:
             raise ModelNotFound(name)
         self._manifest_path(name).unlink(missing_ok=True)
-        still_used = {f.path for m in self.list() for f in m.all_files}
-        for f in manifest.all_files:
+        still_used = {f.path for m in self.list() for f in m.every_file}
+        for f in manifest.every_file:
             if f.path in still_used:
                 continue
             if f.path.parent == self.blobs_dir:
@@ -274,6 +278,8 @@ class ModelStore:
             "created": manifest.created,
             "revision": manifest.revision,
             "projector": None if manifest.projector is None else self._file_json(manifest.projector),
+            **({"adapters": [self._file_json(f) for f in manifest.adapters]} if manifest.adapters else {}),
+            **({"defaults": model_defaults.to_json(manifest.defaults)} if not manifest.defaults.empty else {}),
         }
 
     def _file_json(self, f: ModelFile) -> dict[str, Any]:
@@ -309,6 +315,8 @@ class ModelStore:
                 created=int(data.get("created", 0)),
                 revision=data.get("revision"),
                 projector=None if projector is None else self._file(projector),
+                adapters=tuple(self._file(f) for f in data.get("adapters", ())),
+                defaults=model_defaults.from_json(data["defaults"]) if data.get("defaults") else NO_DEFAULTS,
             )
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("ignoring malformed manifest %s: %s", path, exc)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from localinfer.client.base import InferenceClient
     from localinfer.client.remote import HttpClient
     from localinfer.config import Settings
+    from localinfer.models.store import Manifest
 
 
 def add_parser(subparsers: Any) -> None:
@@ -67,7 +68,7 @@ async def _answer(client: InferenceClient, request: ChatRequest) -> None:
     sys.stdout.write("\n")
 
 
-def _in_process(settings: Settings, model: str) -> tuple[InferenceClient, str]:
+def _in_process(settings: Settings, model: str) -> tuple[InferenceClient, Manifest]:
     """The engine in this process, and the name it knows ``model`` by: a model name, a GGUF path typed at the
     keyboard (registered for this run as ``localinfer serve ./x.gguf`` does), or a reference pulled first."""
     from localinfer.app.commands.pull import machine_fits
@@ -81,7 +82,7 @@ def _in_process(settings: Settings, model: str) -> tuple[InferenceClient, str]:
         manifest = ensure_model(library, model, settings, progress=progress, fits=machine_fits())
     finally:
         progress.close()
-    return local_stack(settings, library=library, served=manifest).client, manifest.name
+    return local_stack(settings, library=library, served=manifest).client, manifest
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -111,9 +112,14 @@ async def _run(args: argparse.Namespace, settings: Settings, request: ChatReques
             return
     finally:
         await remote.close()
-    client, name = _in_process(settings, request.model)
+    from localinfer.models.defaults import with_parameters
+
+    client, manifest = _in_process(settings, request.model)
+    given = {"temperature"} if args.temperature is not None else set()
+    given |= {"num_predict"} if args.max_tokens is not None else set()
+    options = with_parameters(request.options, manifest.defaults, given)  # a Modelfile's, under the flags
     try:
-        await _answer(client, dataclasses.replace(request, model=name))
+        await _answer(client, dataclasses.replace(request, model=manifest.name, options=options))
     finally:
         await client.close()
 

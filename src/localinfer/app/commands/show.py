@@ -41,6 +41,9 @@ def add_parser(subparsers: Any) -> None:
     output = p.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     output.add_argument("--template", action="store_true", help="print only the model's chat template")
+    output.add_argument("--modelfile", action="store_true", help="print the Modelfile that makes the model again")
+    output.add_argument("--parameters", action="store_true", help="print only the model's parameters (a Modelfile's)")
+    output.add_argument("--system", action="store_true", help="print only the model's system prompt (a Modelfile's)")
     p.set_defaults(run=run)
 
 
@@ -52,9 +55,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     ``--template`` on a model without a chat template.
     """
     manifest = _resolve(settings, args.model)
+    if args.modelfile or args.parameters or args.system:
+        print(_modelfile_part(manifest, args), end="")
+        return 0
     folder = metadata.read_folder_facts(manifest.path) if manifest.format != "gguf" else None
     if args.template:
-        template = metadata.read_chat_template(manifest.path) if folder is None else folder.chat_template
+        template = manifest.defaults.template
+        if template is None:
+            template = metadata.read_chat_template(manifest.path) if folder is None else folder.chat_template
         if template is None:
             raise LocalInferError(
                 f"model '{manifest.name}' has no chat template",
@@ -77,6 +85,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         shown = folder_as_json(manifest, folder, thinking) if args.json else None
         print(json.dumps(shown, indent=2) if shown is not None else render_folder(manifest, folder, thinking))
     return 0
+
+
+def _modelfile_part(manifest: Manifest, args: argparse.Namespace) -> str:
+    """The Modelfile, or its parameters or system prompt, as ``ollama show`` prints them."""
+    from localinfer.models.modelfile import of_model, parameter_lines
+
+    if args.modelfile:
+        return of_model(manifest)
+    text = parameter_lines(manifest.defaults) if args.parameters else (manifest.defaults.system or "")
+    return text + "\n" if text else ""
 
 
 def _resolve(settings: Settings, name: str) -> Manifest:
@@ -206,7 +224,7 @@ def _layout(
     license: str | None,
     projector: list[str] | None = None,
 ) -> str:
-    files = [f"{f.path}  {f.size / _MB:.1f} MB" for f in manifest.all_files]
+    files = [f"{f.path}  {f.size / _MB:.1f} MB" for f in manifest.every_file]
     lines = [
         *section("Model", [row(label, value) for label, value in model if value is not None]),
         *section("Capabilities", [row(label, value) for label, value in caps]),
@@ -219,7 +237,7 @@ def _layout(
 
 
 def _files_json(manifest: Manifest) -> list[dict[str, Any]]:
-    return [{"path": str(f.path), "size": f.size, "sha256": f.sha256} for f in manifest.all_files]
+    return [{"path": str(f.path), "size": f.size, "sha256": f.sha256} for f in manifest.every_file]
 
 
 def _heads(head_count: int | None, head_count_kv: int | None) -> str | None:

@@ -29,6 +29,7 @@ from localinfer.app.server.llamacpp.infill import router as llamacpp_infill_rout
 from localinfer.app.server.llamacpp.models import router as llamacpp_models_router
 from localinfer.app.server.llamacpp.routes import router as llamacpp_router
 from localinfer.app.server.llamacpp.slot_actions import router as llamacpp_slot_actions_router
+from localinfer.app.server.ollama.create import router as ollama_create_router
 from localinfer.app.server.ollama.embed import router as ollama_embed_router
 from localinfer.app.server.ollama.generation import router as ollama_generation_router
 from localinfer.app.server.ollama.routes import router as ollama_router
@@ -110,6 +111,7 @@ def create_app(
     app.include_router(llamacpp_slot_actions_router)
     app.include_router(ollama_generation_router)
     app.include_router(ollama_show_router)
+    app.include_router(ollama_create_router)
     app.include_router(openai_embeddings_router)
     app.include_router(ollama_embed_router)
     app.include_router(anthropic_router)

@@ -24,6 +24,7 @@ from localinfer.errors import (
     ModelNotReady,
     NotSupported,
     PullError,
+    QuantizeError,
     QueueFull,
     RpcWorkerLost,
     ServerShuttingDown,
@@ -46,6 +47,7 @@ ERROR_TABLE: tuple[tuple[type[LocalInferError], int, str, str | None], ...] = (
     (HubUnreachable, 502, "server_error", "hub_unreachable"),
     (DiskFull, 507, "server_error", "disk_full"),
     (PullError, 400, "invalid_request_error", "pull_failed"),
+    (QuantizeError, 400, "invalid_request_error", "quantize_failed"),  # /api/create's quantize
     (GenerationFailed, 500, "server_error", "generation_failed"),
     (NotSupported, 501, "not_supported_error", "not_supported"),
     (LocalInferError, 500, "server_error", None),

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localinfer.app.server.core.defaults import NONE_SET, use_request_defaults
 from localinfer.app.server.core.dialect import dialect_for
+from localinfer.app.server.core.model_defaults import parameters_of, use_model_parameters
 from localinfer.app.server.errors import error_body_for
 from localinfer.engine.metrics import set_route
 
@@ -49,7 +50,7 @@ class BodyLimits:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
+        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS or _streamed(scope):
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
@@ -114,6 +115,11 @@ def json_problem(body: bytes) -> str | None:
             return f"the request body is nested more than {MAX_JSON_DEPTH} levels deep"
         return f"the request body is not valid JSON: {exc}"
     return None
+
+
+def _streamed(scope: Scope) -> bool:
+    """A body that is a file, streamed to disk by its route whatever its size (Ollama's blob uploads), not JSON."""
+    return scope["method"] == "POST" and str(scope["path"]).startswith("/api/blobs/")
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -182,6 +188,7 @@ class FastJSONRoute(APIRoute):
         async def parsed(request: Request) -> Response:
             set_route(path)  # for the rest of this request's task, whose streams the engine counts under it
             use_request_defaults(getattr(request.app.state, "request_defaults", NONE_SET))
+            use_model_parameters(parameters_of(request))  # a model's Modelfile parameters, under a request's own
             return await handler(_ParsedJSONRequest(_labelled_json(request.scope), request.receive))
 
         return parsed

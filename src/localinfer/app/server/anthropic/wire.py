@@ -42,9 +42,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, NoReturn
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from localinfer.app.server.core.defaults import default_temperature
+from localinfer.app.server.core.model_defaults import ANTHROPIC, fill
 from localinfer.app.server.core.reasoning import requested_thinking, template_variables
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import MAX_TOOLS
@@ -324,6 +325,11 @@ class MessagesBody(_Conversation):
     stream: bool = False
     output_config: OutputConfigWire | None = None
     output_format: OutputFormatWire | None = None  # the structured-outputs beta's name for output_config.format
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_parameters(cls, data: Any) -> Any:
+        return fill(data, ANTHROPIC)
 
     @property
     def stops(self) -> tuple[str, ...]:

@@ -11,11 +11,12 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_n_predict, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias, shown_logit_bias
+from localinfer.app.server.core.model_defaults import LLAMA_CPP, fill
 from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
 from localinfer.types import GenerationOptions, Priority, ResponseFormat, SamplingParams
@@ -128,6 +129,11 @@ class CompletionBody(_Wire):
     n_cmpl: StrictInt | None = None  # completions of each prompt (``n``, OpenAI's name, when not given)
     n_keep: int = Field(0, ge=-1)  # the prompt's first tokens a context shift keeps (-1: all of it)
     n: StrictInt | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_parameters(cls, data: Any) -> Any:
+        return fill(data, LLAMA_CPP)
 
     def choices(self, n_prompts: int) -> int:
         """How many completions of each of ``n_prompts`` prompts are asked for. Raises InvalidRequest outside 1 to

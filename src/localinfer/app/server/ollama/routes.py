@@ -123,7 +123,15 @@ async def delete(request: Request, body: DeleteJSON) -> Response:
 @router.post("/pull", response_model=None)
 async def pull(request: Request, body: PullJSON) -> StreamingResponse | JSONResponse:
     events = _client(request).pull(body.target(), local_files=False)  # files are registered from the CLI
-    if not body.stream:
+    return await progress_answer(events, stream=body.stream)
+
+
+async def progress_answer(
+    events: AsyncGenerator[ProgressEvent, None], *, stream: bool
+) -> StreamingResponse | JSONResponse:
+    """``events`` as Ollama answers a pull or a create: NDJSON progress lines, or with ``stream`` false the last
+    ``{"status": "success"}`` alone. What fails before the first event is an HTTP status."""
+    if not stream:
         try:
             async for _ in events:
                 continue  # the answer comes at the end

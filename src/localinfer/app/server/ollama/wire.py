@@ -11,9 +11,10 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
+from localinfer.app.server.core.model_defaults import OLLAMA, fill
 from localinfer.app.server.core.reasoning import template_variables
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import MAX_TOOLS, ToolWire
@@ -143,6 +144,11 @@ class _GenerationBody(ModelBody):
     think: bool | str | None = None  # a reasoning model's thinking: on, off, or a level (ollama/think.py)
     priority: Priority | None = None  # localinfer's: "high" goes ahead of queued requests (FIM as you type)
     tools: list[ToolWire] | None = Field(None, max_length=MAX_TOOLS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_parameters(cls, data: Any) -> Any:
+        return fill(data, OLLAMA, inside="options")
 
     def model_name(self) -> str | None:
         return self.model or self.name

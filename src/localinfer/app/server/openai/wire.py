@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias
+from localinfer.app.server.core.model_defaults import OPENAI, fill
 from localinfer.app.server.core.reasoning import requested_thinking, template_variables
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import ToolWire
@@ -118,6 +119,11 @@ class _SamplingWire(_Wire):
     return_progress: bool = False  # llama-server's: a stream sends the prompt's progress while it is computed
     logit_bias: dict[str, Any] | list[Any] | None = None  # core/logit_bias.py: OpenAI's map or llama-server's list
     grammar: str | None = None  # llama-server's extension: a GBNF grammar the text follows
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_parameters(cls, data: Any) -> Any:
+        return fill(data, OPENAI)
 
     def _check_supported(self) -> None:
         """Fields that would change the answer and cannot be honoured are refused, never dropped."""
