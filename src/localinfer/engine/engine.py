@@ -34,8 +34,8 @@ from localinfer.backends.base import (
     not_a_reranker,
     reranker_refusal,
 )
-from localinfer.backends.llamacpp.rpc_child import with_rpc_child
-from localinfer.backends.llamacpp.rpc_wire import parse_endpoints
+from localinfer.backends.llamacpp.rpc.child import with_rpc_child
+from localinfer.backends.llamacpp.rpc.wire import parse_endpoints
 from localinfer.backends.registry import (
     DEFAULT_BACKENDS,
     PLANNED_FORMATS,

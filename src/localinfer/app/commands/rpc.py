@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from localinfer.backends.llamacpp.rpc_wire import (
+from localinfer.backends.llamacpp.rpc.wire import (
     DEFAULT_PORT,
     SAFE_WAYS,
     exposure,
@@ -23,7 +23,7 @@ from localinfer.hardware.layer_split import parse_tensor_split
 if TYPE_CHECKING:
     import argparse
 
-    from localinfer.backends.llamacpp.rpc import Device
+    from localinfer.backends.llamacpp.rpc.devices import Device
     from localinfer.config import Settings
     from localinfer.hardware.rpc_devices import RemoteDevice
 
@@ -119,12 +119,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port} is not a port", hint="e.g. --port 50052")
     _check_free(args.host, args.port)
-    from localinfer.backends.llamacpp import rpc
+    from localinfer.backends.llamacpp.rpc import devices as rpc
     from localinfer.backends.llamacpp.model import default_threads
 
     lent = _chosen_devices(rpc.devices(), args.device)
     if args.mem is not None:
-        from localinfer.backends.llamacpp.memory_cap import cap_reported_memory
+        from localinfer.backends.llamacpp.rpc.memory_cap import cap_reported_memory
 
         for device in lent:
             cap_reported_memory(device.handle, args.mem)

@@ -1,5 +1,5 @@
 """What goes to a child ``localinfer serve``'s llama.cpp ``/completion`` and what comes back, for
-``rpc_child.py``: a request as token ids with its sampling, and the child's events as chunks."""
+``child.py``: a request as token ids with its sampling, and the child's events as chunks."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ The child is given the model's file (served under the model's name with ``--alia
 When the child dies in a request (its stream breaks off, or its process exits), or no piece comes for the
 ``rpc_stall_timeout`` setting's seconds (5) and ``WorkerWatch`` finds a worker gone (a half-open connection, where
 the child would wait for ever; the child is then stopped), the request ends with RpcWorkerLost naming it. A worker
-that is only busy (it serves the child) is never taken for gone (``rpc_watch.py``). Later requests get
+that is only busy (it serves the child) is never taken for gone (``watch.py``). Later requests get
 RpcWorkerLost (503) while it is gone, and restart the child once every worker answers again.
 """
 
@@ -47,15 +47,15 @@ from localinfer.backends.engine_process.proxy import EngineProxy
 from localinfer.backends.engine_process.recipes.localinfer import LOCALINFER
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.llamacpp.model import LlamaModel
-from localinfer.backends.llamacpp.rpc_child_wire import (
+from localinfer.backends.llamacpp.rpc.child_wire import (
     ChildStreamBroken,
     chunks_from,
     completion_body,
     device_use,
     refuse_uncarried,
 )
-from localinfer.backends.llamacpp.rpc_watch import WorkerWatch
-from localinfer.backends.llamacpp.rpc_wire import RpcWorkerError, probe
+from localinfer.backends.llamacpp.rpc.watch import WorkerWatch
+from localinfer.backends.llamacpp.rpc.wire import RpcWorkerError, probe
 from localinfer.backends.registry import BackendFactories, BackendFactory
 from localinfer.config import Settings
 from localinfer.errors import GenerationFailed, ModelLoadError, ModelNotReady, RpcWorkerLost
