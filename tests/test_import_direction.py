@@ -17,7 +17,7 @@ import pytest
 import localinfer
 
 PACKAGE = Path(localinfer.__file__).parent
-GROUND = {"localinfer.types", "localinfer.errors", "localinfer.config", "localinfer.progress"}
+GROUND = {"localinfer.types", "localinfer.errors", "localinfer.config", "localinfer.defaults", "localinfer.progress"}
 
 # layer -> the localinfer packages it must never import
 FORBIDDEN: dict[str, tuple[str, ...]] = {

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from localinfer.backends.base import Backend
+from localinfer.defaults import KEEP_ALIVE_SECONDS
 from localinfer.errors import ModelLoadError, ServerShuttingDown
 from localinfer.models.store import Manifest
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_KEEP_ALIVE = 300.0  # seconds, as Ollama
+DEFAULT_KEEP_ALIVE = KEEP_ALIVE_SECONDS  # the keep_alive setting's default, for a scheduler built without it
 
 Need = Mapping[str, int]  # bytes per device
 MemoryProbe = Callable[[Iterable[str]], Mapping[str, int]]  # free bytes now of (at least) the devices asked
