@@ -82,16 +82,12 @@ class LoadSpec:
     # how generation drafts tokens to verify in one step: "ngram" (prompt lookup), "draft" (draft_path), "off"
     speculation: str = "ngram"
     draft_path: Path | None = None  # the draft model of speculation "draft": a small GGUF of the same vocabulary
-    draft_max: int = (
-        DRAFT_MAX  # most tokens a draft has (as llama-server's ngram-mod; a slot's step stays under 64 tokens)
-    )
+    draft_max: int = DRAFT_MAX  # most tokens a draft has (as llama-server's ngram-mod; a step stays under 64)
     draft_min: int = 0  # a shorter draft is not verified
     extra_args: tuple[str, ...] = ()  # passed as-is to an engine run as a process (vLLM: --tensor-parallel-size 2)
     tensor_parallel: int = 0  # GPUs an engine process splits the model over (its own flag for it); 0: its default
     pooling: str = ""  # llama-server's --pooling for embeddings: mean, cls, last, rank, none; "": as the file states
-    cache_reuse: int = (
-        CACHE_REUSE  # runs of at least so many cached tokens are moved, not recomputed (0: off; kv_shift.py)
-    )
+    cache_reuse: int = CACHE_REUSE  # runs of so many cached tokens or more are moved, not recomputed (0: off)
     context_shift: bool = False  # a generation at the end of its context drops the oldest half and goes on
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take offloaded layers
     tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, RPC workers first; (): by memory
