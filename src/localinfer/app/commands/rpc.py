@@ -119,8 +119,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port} is not a port", hint="e.g. --port 50052")
     _check_free(args.host, args.port)
-    from localinfer.backends.llamacpp.rpc import devices as rpc
     from localinfer.backends.llamacpp.model import default_threads
+    from localinfer.backends.llamacpp.rpc import devices as rpc
 
     lent = _chosen_devices(rpc.devices(), args.device)
     if args.mem is not None:
