@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from localinfer.app.commands.llama_server_flags import (
 )
 from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.app.commands.pull import machine_fits
-from localinfer.errors import ConfigError, LocalInferError
+from localinfer.errors import ConfigError
 from localinfer.models.store import validate_name
 
 if TYPE_CHECKING:
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
     from localinfer.config import Settings
     from localinfer.hardware.profile import HardwareProfile
     from localinfer.models.library import ModelLibrary
-    from localinfer.models.store import Manifest, ModelSource
+    from localinfer.models.store import Manifest
 
 
 def add_parser(subparsers: Any) -> None:
@@ -213,15 +212,6 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _engine_args(args: argparse.Namespace) -> list[str]:
     extra = list(args.engine_arg)
     if args.tensor_parallel_size is not None:
@@ -235,9 +225,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # The server's parts load here, not when the command line starts (localinfer --version stays instant).
     from pydantic import SecretStr
 
-    from localinfer.app.server.app import create_app
-    from localinfer.app.server.core.defaults import RequestDefaults
-    from localinfer.app.server.guard import policy_for
+    from localinfer.app.server.compose import check_exposure, server_app
     from localinfer.bootstrap import local_stack
     from localinfer.hardware.detect import detect
     from localinfer.models.library import ModelLibrary
@@ -289,16 +277,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         reasoning_budget=args.reasoning_budget,
         chat_template_kwargs=args.chat_template_kwargs,
     )
-    api_key = settings.api_key.get_secret_value() if settings.api_key else None
     hosts = hosts_of(settings.host)
     if not hosts:
         raise ConfigError(f"--host {settings.host!r} names no address", hint="e.g. --host 127.0.0.1")
-    for host in hosts:
-        if not is_loopback(host) and not api_key:
-            raise ConfigError(
-                f"refusing to listen on {host} without an API key: anyone on the network could use it",
-                hint="set one with --api-key KEY or LOCALINFER_API_KEY=KEY, or bind 127.0.0.1",
-            )
+    check_exposure(hosts, settings)
     # before anything loads (llama.cpp aborts on a worker it cannot reach), while the workers' memory is all free
     rpc_devices = rpc_flags.check_workers(settings)
     library = ModelLibrary.from_settings(settings)
@@ -315,7 +297,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 hint=f"name it: localinfer serve MODEL {flag} ...",
             )
         stack = local_stack(settings, library=library, hardware=hardware, serving=url, rpc_devices=rpc_devices)
-        default = _default_model(stack.models, settings.model)
         message = f"localinfer: serving on {url}/v1; models load on their first request"
     else:
         preload, original = _model_to_serve(args, settings, library, hardware)
@@ -329,35 +310,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             rpc_devices=rpc_devices,
         )
         stack.engine.check_plan(preload)  # a model this machine cannot run (vLLM's without its GPU) fails here
-        default = preload.name
         message = f"localinfer: serving {preload.name} on {url}/v1"
-    pins = [stack.models.resolve(name) for name in settings.pin]
-    access = policy_for(
-        hosts[0], allow_hosts=[*settings.allow_hosts, *hosts[1:]], cors_origins=settings.cors_origins, api_key=api_key
-    )
-    # one model served, as llama-server serves one: any name nobody serves gets it (core/model_name.py)
-    one_model = preload.name if preload is not None and not settings.pin and not settings.strict_model_names else None
-    app = create_app(
-        stack.engine,
-        preload=preload,
-        pins=pins,
-        default_model=default,
-        one_model=one_model,
-        aliases=_aliases(args.alias)[1:],
-        request_defaults=RequestDefaults(
-            settings.temperature,
-            settings.seed,
-            settings.n_predict,
-            reasoning_format=settings.reasoning_format,
-            reasoning=settings.reasoning,
-            reasoning_budget=settings.reasoning_budget,
-            template_kwargs=settings.chat_template_kwargs,
-        ),
-        slots_endpoint=settings.slots_endpoint,
-        client=stack.client,
-        access=access,
-        max_body=settings.max_body,
-    )
+    app = server_app(stack, hosts, preload=preload, aliases=_aliases(args.alias)[1:])
     if ctx_note:
         print(f"localinfer: {ctx_note}", flush=True)
     print(message, flush=True)
@@ -416,14 +370,6 @@ def _slot_folder(given: str | None) -> Path | None:
     if not folder.is_dir():
         raise ConfigError(f"--slot-save-path {given}: not a directory", hint="create the folder first, or name another")
     return folder.resolve()
-
-
-def _default_model(models: ModelSource, name: str) -> str | None:
-    """The model a request naming none gets: the ``model`` setting's, when it is here."""
-    try:
-        return models.resolve(name).name
-    except LocalInferError:
-        return None
 
 
 def _aliases(given: str | None) -> list[str]:
