@@ -79,7 +79,9 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=default_home, description="Where models and manifests are kept.")
     host: str = Field("127.0.0.1", description="Address the server binds.")
     port: int = Field(8080, ge=0, le=65535, description="Port the server listens on.")
-    api_key: SecretStr | None = Field(None, description="When set, every route but /health needs this bearer key.")
+    api_key: SecretStr | None = Field(
+        None, description="When set, every route but /health and /v1/health needs this bearer key."
+    )
     allow_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Host names the server answers to besides loopback names and its address ('*': any); "
