@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from localinfer.defaults import CTX_CAP
 from localinfer.errors import LocalInferError
-from localinfer.hardware.backends import ENGINE_INSTALLS, ENGINE_NAMES, EngineInstall
+from localinfer.hardware.installed import ENGINE_INSTALLS, ENGINE_NAMES, EngineInstall
 from localinfer.hardware.model_profile import ModelProfile
 from localinfer.hardware.profile import GiB, GPUInfo, HardwareProfile
 from localinfer.hardware.rpc_devices import Placed, RemoteDevice, Target, split_layers
