@@ -70,8 +70,8 @@ async def _answer(client: InferenceClient, request: ChatRequest) -> None:
 def _in_process(settings: Settings, model: str) -> tuple[InferenceClient, str]:
     """The engine in this process, and the name it knows ``model`` by: a model name, a GGUF path typed at the
     keyboard (registered for this run as ``localinfer serve ./x.gguf`` does), or a reference pulled first."""
-    from localinfer.app.commands.pull import machine_fits
     from localinfer.bootstrap import local_stack  # the engine only when no server answers
+    from localinfer.hardware.fits import machine_fits
     from localinfer.models.library import ModelLibrary
     from localinfer.models.pull import ensure_model
 

@@ -18,8 +18,8 @@ from localinfer.app.commands.llama_server_flags import (
     model_named,
 )
 from localinfer.app.commands.progress_line import ProgressLine
-from localinfer.app.commands.pull import machine_fits
 from localinfer.errors import ConfigError
+from localinfer.hardware.fits import machine_fits
 from localinfer.models.store import validate_name
 
 if TYPE_CHECKING:

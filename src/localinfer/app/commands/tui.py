@@ -108,7 +108,7 @@ def fetch_named(library: ModelLibrary, settings: Settings, model: str) -> Manife
     """The model ``--model`` names (a name, a path given on this command line, or a reference), pulled first with
     the CLI's progress line when it is not here, as ``localinfer run`` does. Raises the LocalInferError that says
     why it cannot be had (the CLI prints it in one line before the app opens)."""
-    from localinfer.app.commands.pull import machine_fits
+    from localinfer.hardware.fits import machine_fits
     from localinfer.models.pull import ensure_model
 
     progress = ProgressLine(sys.stderr)
