@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.progress_line import ProgressLine
-from localinfer.app.commands.ps import add_server_arguments, server_client
+from localinfer.app.commands.running_server import add_server_arguments, server_client
 from localinfer.errors import ConfigError
 from localinfer.types import ChatMessage, ChatRequest, GenerationOptions
 
