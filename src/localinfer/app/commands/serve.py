@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
-from localinfer.app.commands import rpc as rpc_flags
+from localinfer.app.commands import rpc_workers
 from localinfer.app.commands.llama_server_flags import (
     add_llama_server_flags,
     add_reasoning_flags,
@@ -92,7 +92,7 @@ def add_parser(subparsers: Any) -> None:
         type=int,
         help="layers to offload to the GPU (-1: all; default: as many as fit)",
     )
-    rpc_flags.add_serve_arguments(p)
+    rpc_workers.add_serve_arguments(p)
     p.add_argument(
         "--cache-type-k",
         "-ctk",
@@ -283,7 +283,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"--host {settings.host!r} names no address", hint="e.g. --host 127.0.0.1")
     check_exposure(hosts, settings)
     # before anything loads (llama.cpp aborts on a worker it cannot reach), while the workers' memory is all free
-    rpc_devices = rpc_flags.check_workers(settings)
+    rpc_devices = rpc_workers.check_workers(settings)
     library = ModelLibrary.from_settings(settings)
     hardware = detect()
     if settings.speculation == "draft":  # found (or pulled) once, here: a missing draft fails now, in one line
