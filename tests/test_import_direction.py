@@ -28,6 +28,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "localinfer.client": ("app", "bootstrap"),
 }
 TUI_APP = "localinfer.app.tui.app"
+COMMANDS = PACKAGE / "app" / "commands"
 TUI_SCREENS = "localinfer.app.tui.screens"
 
 
@@ -84,6 +85,31 @@ def f() -> None:
         "localinfer.engine.engine",
         "localinfer.app.cli",
     } <= found
+
+
+def test_a_lower_layer_importing_a_higher_one_is_caught() -> None:
+    """The rule itself: each layer's imports of the layers above it are found, at the top or in a function."""
+    for layer, banned in FORBIDDEN.items():
+        for above in banned:
+            source = f"def f() -> None:\n    from localinfer.{above} import x\n"
+            found = imports_in(source, f"{layer}.some_module")
+            assert any(within(i, f"localinfer.{above}") for i in found), (layer, above)
+
+
+def is_command(path: Path) -> bool:
+    """A module of app/commands that is a verb (it adds its parser, or the app's flags), not a helper."""
+    source = path.read_text(encoding="utf-8")
+    return path.name != "__init__.py" and ("def add_parser(" in source or "def add_arguments(" in source)
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS.glob("*.py")), ids=lambda p: p.name)
+def test_no_command_imports_another(path: Path) -> None:
+    """Commands share helpers (progress_line, running_server, rpc_workers...), never each other."""
+    if not is_command(path):
+        return
+    commands = {f"localinfer.app.commands.{p.stem}" for p in COMMANDS.glob("*.py") if is_command(p)}
+    others = {i for i in imported(path) if i in commands and i != module_name(path)}
+    assert not others, f"{module_name(path)} imports the commands {sorted(others)}: move what it needs to a helper"
 
 
 def test_the_tree_is_found() -> None:
