@@ -1,5 +1,6 @@
-"""Imports flow one way (DESIGN.md, "the house"): app -> client -> engine -> backends -> {models, hardware} ->
-{types, errors, config, progress}, with ``bootstrap`` the composition root above them all.
+"""Imports flow one way (docs/architecture.md): app -> bootstrap -> client -> engine -> backends -> {models,
+hardware} -> {types, errors, config, defaults, progress}; quantize and convert (the model tools) stand beside the
+backends, used by the app only.
 
 Every module under src/localinfer is parsed with ``ast`` and every import counted: at the top, inside functions
 and inside ``if TYPE_CHECKING:`` blocks alike. No rule makes an exception for TYPE_CHECKING-only imports: a type
@@ -21,11 +22,15 @@ GROUND = {"localinfer.types", "localinfer.errors", "localinfer.config", "localin
 
 # layer -> the localinfer packages it must never import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "localinfer.bootstrap": ("app",),  # the app's commands build through it; it never reaches back up
     "localinfer.hardware": ("backends", "engine", "app", "client", "bootstrap"),
     "localinfer.models": ("backends", "engine", "hardware", "app", "client", "bootstrap"),
     "localinfer.backends": ("engine", "app", "client", "bootstrap"),
     "localinfer.engine": ("app", "client", "bootstrap"),
     "localinfer.client": ("app", "bootstrap"),
+    # the model tools beside the backends: the quantizer, and the ONNX conversion (which runs a backend to check it)
+    "localinfer.quantize": ("backends", "engine", "app", "client", "bootstrap", "convert"),
+    "localinfer.convert": ("engine", "app", "client", "bootstrap"),
 }
 TUI_APP = "localinfer.app.tui.app"
 COMMANDS = PACKAGE / "app" / "commands"
