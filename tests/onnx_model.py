@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from localinfer.convert.onnx import CONVERTER_VERSION
 from localinfer.models.store import Manifest, ModelStore
-from localinfer.quantize.convert import CONVERTER_VERSION
 
 PRECISION = "int8"
 PREFIX = "smollm2-onnx-int8-"

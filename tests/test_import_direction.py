@@ -1,5 +1,6 @@
-"""Imports flow one way (DESIGN.md, "the house"): app -> client -> engine -> backends -> {models, hardware} ->
-{types, errors, config, progress}, with ``bootstrap`` the composition root above them all.
+"""Imports flow one way (docs/architecture.md): app -> bootstrap -> client -> engine -> backends -> {models,
+hardware} -> {types, errors, config, defaults, progress}; quantize and convert (the model tools) stand beside the
+backends, used by the app only.
 
 Every module under src/localinfer is parsed with ``ast`` and every import counted: at the top, inside functions
 and inside ``if TYPE_CHECKING:`` blocks alike. No rule makes an exception for TYPE_CHECKING-only imports: a type
@@ -17,17 +18,22 @@ import pytest
 import localinfer
 
 PACKAGE = Path(localinfer.__file__).parent
-GROUND = {"localinfer.types", "localinfer.errors", "localinfer.config", "localinfer.progress"}
+GROUND = {"localinfer.types", "localinfer.errors", "localinfer.config", "localinfer.defaults", "localinfer.progress"}
 
 # layer -> the localinfer packages it must never import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "localinfer.bootstrap": ("app",),  # the app's commands build through it; it never reaches back up
     "localinfer.hardware": ("backends", "engine", "app", "client", "bootstrap"),
     "localinfer.models": ("backends", "engine", "hardware", "app", "client", "bootstrap"),
     "localinfer.backends": ("engine", "app", "client", "bootstrap"),
     "localinfer.engine": ("app", "client", "bootstrap"),
     "localinfer.client": ("app", "bootstrap"),
+    # the model tools beside the backends: the quantizer, and the ONNX conversion (which runs a backend to check it)
+    "localinfer.quantize": ("backends", "engine", "app", "client", "bootstrap", "convert"),
+    "localinfer.convert": ("engine", "app", "client", "bootstrap"),
 }
 TUI_APP = "localinfer.app.tui.app"
+COMMANDS = PACKAGE / "app" / "commands"
 TUI_SCREENS = "localinfer.app.tui.screens"
 
 
@@ -84,6 +90,31 @@ def f() -> None:
         "localinfer.engine.engine",
         "localinfer.app.cli",
     } <= found
+
+
+def test_a_lower_layer_importing_a_higher_one_is_caught() -> None:
+    """The rule itself: each layer's imports of the layers above it are found, at the top or in a function."""
+    for layer, banned in FORBIDDEN.items():
+        for above in banned:
+            source = f"def f() -> None:\n    from localinfer.{above} import x\n"
+            found = imports_in(source, f"{layer}.some_module")
+            assert any(within(i, f"localinfer.{above}") for i in found), (layer, above)
+
+
+def is_command(path: Path) -> bool:
+    """A module of app/commands that is a verb (it adds its parser, or the app's flags), not a helper."""
+    source = path.read_text(encoding="utf-8")
+    return path.name != "__init__.py" and ("def add_parser(" in source or "def add_arguments(" in source)
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS.glob("*.py")), ids=lambda p: p.name)
+def test_no_command_imports_another(path: Path) -> None:
+    """Commands share helpers (progress_line, running_server, rpc_workers...), never each other."""
+    if not is_command(path):
+        return
+    commands = {f"localinfer.app.commands.{p.stem}" for p in COMMANDS.glob("*.py") if is_command(p)}
+    others = {i for i in imported(path) if i in commands and i != module_name(path)}
+    assert not others, f"{module_name(path)} imports the commands {sorted(others)}: move what it needs to a helper"
 
 
 def test_the_tree_is_found() -> None:

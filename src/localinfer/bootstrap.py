@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localinfer.backends.registry import engine_backends
+from localinfer.backends.registry import backends_for
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine, ServedAs
@@ -48,7 +48,7 @@ def local_stack(
     hardware = hardware or detect()
     models: ModelSource = ServedModels(library, served, original=original) if names_only else library
     served_as = {served.name: ServedAs(settings.chat_template, settings.pooling or "")} if served is not None else {}
-    backends = engine_backends(settings.engine)  # Hugging Face folders on the engine the settings name
+    backends = backends_for(settings)  # Hugging Face folders on the engine named; GGUF on RPC workers in a child
     engine = Engine(settings, models, backends, hardware=hardware, served_as=served_as, rpc_devices=rpc_devices)
     client = LocalClient(engine, library, settings, serving=serving)
     return LocalStack(settings, library, hardware, models, engine, client)

@@ -23,6 +23,17 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from localinfer.defaults import (
+    BATCH_SIZE,
+    CACHE_REUSE,
+    CTX_CAP,
+    DRAFT_MAX,
+    FLASH_ATTN,
+    KEEP_ALIVE,
+    MAX_QUEUE,
+    RPC_STALL_TIMEOUT,
+    UBATCH_SIZE,
+)
 from localinfer.types import KV_CACHE_BYTES, kv_cache_type
 
 STARTER_MODEL = "smollm2"
@@ -68,7 +79,9 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=default_home, description="Where models and manifests are kept.")
     host: str = Field("127.0.0.1", description="Address the server binds.")
     port: int = Field(8080, ge=0, le=65535, description="Port the server listens on.")
-    api_key: SecretStr | None = Field(None, description="When set, every route but /health needs this bearer key.")
+    api_key: SecretStr | None = Field(
+        None, description="When set, every route but /health and /v1/health needs this bearer key."
+    )
     allow_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Host names the server answers to besides loopback names and its address ('*': any); "
@@ -82,14 +95,16 @@ class Settings(BaseSettings):
     model: str = Field(STARTER_MODEL, description="Model served when none is named.")
     starter_source: str = Field(STARTER_SOURCE, description="Where the starter model is pulled from.")
     ctx_size: int = Field(
-        0, ge=0, description="Context length per request; 0 means the model's trained length, capped at 8192."
+        0, ge=0, description=f"Context length per request; 0 means the model's trained length, capped at {CTX_CAP}."
     )
     threads: int = Field(0, ge=0, description="CPU threads for inference; 0 means one per physical core.")
     batch_size: int = Field(
-        2048, ge=1, description="Most prompt tokens evaluated in one step (llama.cpp's n_batch, as llama-server's -b)."
+        BATCH_SIZE,
+        ge=1,
+        description="Most prompt tokens evaluated in one step (llama.cpp's n_batch, as llama-server's -b).",
     )
     ubatch_size: int = Field(
-        512,
+        UBATCH_SIZE,
         ge=1,
         description="Most tokens computed at once within a step (n_ubatch, as llama-server's -ub): "
         "the compute buffers are sized for it.",
@@ -98,13 +113,15 @@ class Settings(BaseSettings):
         0, ge=0, le=256, description="Requests decoded together (slots); 0 picks up to 4 from free memory."
     )
     max_queue: int = Field(
-        512, ge=0, description="Requests that may wait for a slot (as Ollama: 512); beyond that the server says 503."
+        MAX_QUEUE,
+        ge=0,
+        description="Requests that may wait for a slot (as Ollama: 512); beyond that the server says 503.",
     )
     max_loaded: int = Field(
         0, ge=0, description="Most models loaded at once; 0 means as many as fit in memory (OLLAMA_MAX_LOADED_MODELS)."
     )
     keep_alive: str = Field(
-        "5m",
+        KEEP_ALIVE,
         description="How long a model stays loaded after its last request (Ollama's syntax: 30s, 10m, 1h; -1 keeps "
         "it for good, 0 unloads it at once); a request's keep_alive replaces it for its model.",
     )
@@ -138,7 +155,7 @@ class Settings(BaseSettings):
         "(llama.cpp then ends the whole process when a worker is lost; the child server sets it).",
     )
     rpc_stall_timeout: float = Field(
-        5.0,
+        RPC_STALL_TIMEOUT,
         gt=0,
         description="Seconds without a token from a model on RPC workers after which the workers are checked: one "
         "that is gone (its port closed, its host unreachable, its connection reset or silent) ends the request.",
@@ -160,13 +177,13 @@ class Settings(BaseSettings):
         "attention, which llama.cpp then turns on.",
     )
     flash_attn: Literal["auto", "on", "off"] = Field(
-        "auto",
+        FLASH_ATTN,
         description="Flash attention for GGUF models (llama-server's -fa): auto means on wherever the device runs "
-        "it. On a CPU, off (plain attention) can generate much faster (docs/benchmarks.md); it then turns prompt "
-        "lookup off unless spec is set, because drafts verified with plain attention change greedy text.",
+        "it. On a CPU, off (plain attention) generates within 15 % of on (docs/benchmarks-cpu-decoding.md); it then "
+        "turns prompt lookup off unless spec is set, because drafts verified with plain attention change greedy text.",
     )
     cache_reuse: int = Field(
-        256,
+        CACHE_REUSE,
         ge=0,
         description="GGUF models: runs of at least so many tokens of a slot's cache that come again further on in "
         "a new prompt are moved there rather than computed again (llama-server's --cache-reuse; 0: off). With one "
@@ -195,7 +212,7 @@ class Settings(BaseSettings):
         "model's family (Qwen2.5-0.5B for Qwen2.5-7B); setting it turns spec draft on unless spec says otherwise.",
     )
     draft_max: int = Field(
-        64,
+        DRAFT_MAX,
         ge=0,
         le=256,
         description="Most tokens one draft proposes (0: no speculation); a slot's step stays under 64 tokens, so a "
@@ -305,8 +322,11 @@ class Settings(BaseSettings):
     @field_validator("allow_hosts", "cors_origins", "pin", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
-        """A string (from the environment) is a comma-separated list; a list (TOML, flags) is taken as it is."""
+        """A string (from the environment) is a comma-separated list (a JSON list is read too); a list (TOML,
+        flags) is taken as it is."""
         if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from localinfer.backends.engine_process.engines import VllmBackend
+from localinfer.backends.engine_process.engines import SglangBackend, VllmBackend
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
+from localinfer.backends.llamacpp.rpc.child import RpcChildBackend
 from localinfer.backends.onnx.backend import OnnxBackend
-from localinfer.backends.registry import DEFAULT_BACKENDS, backend_for
+from localinfer.backends.registry import DEFAULT_BACKENDS, backend_for, backends_for
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelLoadError
@@ -28,6 +29,22 @@ def test_the_default_table_maps_gguf_to_llamacpp_onnx_to_onnx_runtime_and_hf_to_
     assert isinstance(backend_for(manifest("a", "gguf", tmp_path / "a.gguf"), DEFAULT_BACKENDS), LlamaCppBackend)
     assert isinstance(backend_for(manifest("b", "onnx", tmp_path / "b"), DEFAULT_BACKENDS), OnnxBackend)
     assert isinstance(backend_for(manifest("c", "hf", tmp_path / "c" / "config.json"), DEFAULT_BACKENDS), VllmBackend)
+
+
+def test_a_gguf_model_on_rpc_workers_is_served_by_a_child_unless_asked_in_process(tmp_path: Path) -> None:
+    gguf = manifest("a", "gguf", tmp_path / "a.gguf")
+    on_workers = Settings(home=tmp_path, rpc="127.0.0.1:50052", rpc_stall_timeout=7)
+    child = backend_for(gguf, backends_for(on_workers))
+    assert isinstance(child, RpcChildBackend)
+    assert child._stall == 7 and child._home == tmp_path
+    in_process = Settings(home=tmp_path, rpc="127.0.0.1:50052", rpc_in_process=True)
+    assert isinstance(backend_for(gguf, backends_for(in_process)), LlamaCppBackend)
+    assert isinstance(backend_for(gguf, backends_for(Settings(home=tmp_path))), LlamaCppBackend)
+
+
+def test_the_settings_engine_serves_hugging_face_folders(tmp_path: Path) -> None:
+    folder = manifest("c", "hf", tmp_path / "c" / "config.json")
+    assert isinstance(backend_for(folder, backends_for(Settings(home=tmp_path, engine="sglang"))), SglangBackend)
 
 
 def test_a_format_no_backend_serves_is_a_load_error(tmp_path: Path) -> None:

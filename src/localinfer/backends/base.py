@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from localinfer.defaults import BATCH_SIZE, CACHE_REUSE, CTX_CAP, DRAFT_MAX, FLASH_ATTN, MAX_QUEUE, UBATCH_SIZE
 from localinfer.errors import InvalidRequest, NotSupported
 from localinfer.types import (
     DEFAULT_KV_CACHE_TYPE,
@@ -67,26 +68,26 @@ class LoadSpec:
     path: Path
     name: str = ""  # what clients call the model (an engine process serves it under this name)
     ctx_size: int = 0
-    ctx_cap: int = 8192
+    ctx_cap: int = CTX_CAP
     threads: int = 0
-    batch_size: int = 2048  # llama.cpp's n_batch: what a step may take, and what FIM prompts are cut to
-    ubatch_size: int = 512  # n_ubatch: what is computed at once, the compute buffers' size
+    batch_size: int = BATCH_SIZE  # llama.cpp's n_batch: what a step may take, and what FIM prompts are cut to
+    ubatch_size: int = UBATCH_SIZE  # n_ubatch: what is computed at once, the compute buffers' size
     parallel: int = 0
-    max_queue: int = 512
+    max_queue: int = MAX_QUEUE
     gpu_layers: int = 0
     provider: str | None = None  # the ONNX Runtime execution provider (CUDAExecutionProvider...); None: the CPU
     cache_type_k: str = DEFAULT_KV_CACHE_TYPE  # the KV cache's element types (types.KV_CACHE_BYTES); llama.cpp only
     cache_type_v: str = DEFAULT_KV_CACHE_TYPE
-    flash_attn: str = "auto"  # llama.cpp's flash attention: "on", "off", or "auto" (on where the device runs it)
+    flash_attn: str = FLASH_ATTN  # llama.cpp's flash attention: "on", "off", or "auto" (on where the device runs it)
     # how generation drafts tokens to verify in one step: "ngram" (prompt lookup), "draft" (draft_path), "off"
     speculation: str = "ngram"
     draft_path: Path | None = None  # the draft model of speculation "draft": a small GGUF of the same vocabulary
-    draft_max: int = 64  # most tokens a draft has (as llama-server's ngram-mod; a slot's step stays under 64 tokens)
+    draft_max: int = DRAFT_MAX  # most tokens a draft has (as llama-server's ngram-mod; a step stays under 64)
     draft_min: int = 0  # a shorter draft is not verified
     extra_args: tuple[str, ...] = ()  # passed as-is to an engine run as a process (vLLM: --tensor-parallel-size 2)
     tensor_parallel: int = 0  # GPUs an engine process splits the model over (its own flag for it); 0: its default
     pooling: str = ""  # llama-server's --pooling for embeddings: mean, cls, last, rank, none; "": as the file states
-    cache_reuse: int = 256  # runs of at least so many cached tokens are moved, not recomputed (0: off; kv_shift.py)
+    cache_reuse: int = CACHE_REUSE  # runs of so many cached tokens or more are moved, not recomputed (0: off)
     context_shift: bool = False  # a generation at the end of its context drops the oldest half and goes on
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take offloaded layers
     tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, RPC workers first; (): by memory

@@ -3,18 +3,23 @@
 GGUF files run on llama.cpp, onnxruntime-genai folders on ONNX Runtime, Hugging Face (safetensors) folders on an
 engine run as a child process whose OpenAI API the server relays as it is (``RELAYED_FORMATS``): the engine the
 ``engine`` setting names (vllm, sglang, tgi, trtllm), else TensorRT-LLM for a built TensorRT-LLM engine folder
-(known by its files) and vLLM for any other.
+(known by its files) and vLLM for any other. GGUF models placed on llama.cpp RPC workers run in a child
+``localinfer serve`` (``llamacpp/rpc/child.py``), since llama.cpp ends the process that loses a worker:
+``backends_for`` is the one place that says so.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 
 from localinfer.backends.base import Backend
 from localinfer.backends.engine_process.engines import ENGINE_BACKENDS
 from localinfer.backends.engine_process.recipes.trtllm import is_trtllm_engine
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
+from localinfer.backends.llamacpp.rpc.child import RpcChildBackend
 from localinfer.backends.onnx.backend import OnnxBackend
+from localinfer.config import Settings
 from localinfer.errors import ModelLoadError
 from localinfer.models.store import HF_CONFIG, Manifest
 
@@ -50,6 +55,19 @@ def engine_for(manifest: Manifest, engine: str | None) -> str:
 def engine_backends(engine: str | None) -> BackendFactories:
     """The format -> backend table with Hugging Face folders served by ``engine`` (None: chosen per model)."""
     return {**DEFAULT_BACKENDS, "hf": EngineChoice(engine)}
+
+
+def backends_for(settings: Settings) -> BackendFactories:
+    """The format -> backend table ``settings`` ask for: Hugging Face folders on the engine they name, and GGUF
+    models in a child ``localinfer serve`` (RpcChildBackend) when they are placed on RPC workers (the ``rpc``
+    setting) and not asked for in this process (``rpc_in_process``, which that child itself is started with)."""
+    table = engine_backends(settings.engine)
+    if not settings.rpc or settings.rpc_in_process:
+        return table
+    child = functools.partial(
+        RpcChildBackend, home=settings.home, log_dir=settings.home / "logs", stall_seconds=settings.rpc_stall_timeout
+    )
+    return {**table, "gguf": child}
 
 
 DEFAULT_BACKENDS: BackendFactories = {"gguf": LlamaCppBackend, "onnx": OnnxBackend, "hf": EngineChoice()}

@@ -34,8 +34,7 @@ from localinfer.backends.base import (
     not_a_reranker,
     reranker_refusal,
 )
-from localinfer.backends.llamacpp.rpc_child import with_rpc_child
-from localinfer.backends.llamacpp.rpc_wire import parse_endpoints
+from localinfer.backends.llamacpp.rpc.wire import parse_endpoints
 from localinfer.backends.registry import (
     DEFAULT_BACKENDS,
     PLANNED_FORMATS,
@@ -129,7 +128,7 @@ class Engine:
         self._rpc_devices = rpc_devices
         self._served_as = dict(served_as or {})
         self._models = models
-        self._backend_factory = with_rpc_child(backend_factory, settings)  # GGUF models on RPC workers: a child
+        self._backend_factory = backend_factory
         self._hardware = hardware
         self._scheduler = Scheduler(
             self._new_runner,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from localinfer.backends.base import Backend
+from localinfer.defaults import KEEP_ALIVE_SECONDS
 from localinfer.errors import ModelLoadError, ServerShuttingDown
 from localinfer.models.store import Manifest
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_KEEP_ALIVE = 300.0  # seconds, as Ollama
+DEFAULT_KEEP_ALIVE = KEEP_ALIVE_SECONDS  # the keep_alive setting's default, for a scheduler built without it
 
 Need = Mapping[str, int]  # bytes per device
 MemoryProbe = Callable[[Iterable[str]], Mapping[str, int]]  # free bytes now of (at least) the devices asked
@@ -220,15 +221,7 @@ class Scheduler:
             return None
         if manifest.name in self._runners or manifest.name in self._unloading:
             return None  # another request started it while this one waited
-        runner = self._new_runner(manifest, ctx_size)
-        runner.need = dict(need)
-        runner.keep_alive = self.keep_alive
-        runner.last_used = self._clock()
-        self._runners[manifest.name] = runner
-        task = asyncio.create_task(self._load_runner(runner), name=f"load {manifest.name}")
-        self._loading.add(task)
-        task.add_done_callback(self._loading.discard)
-        return runner
+        return self._start_loading(manifest, ctx_size, need)
 
     def _victims(self, name: str, need: Need) -> list[Runner] | None:
         """The idle models to unload (least recently used first) so that a model needing ``need`` fits and the
@@ -304,17 +297,22 @@ class Scheduler:
         loading or loaded already when there is one."""
         runner = self._runners.get(manifest.name)
         if runner is None:
-            runner = self._new_runner(manifest, ctx_size)
-            runner.need = dict(self._estimate(manifest, ctx_size))
-            runner.keep_alive = self.keep_alive
-            runner.last_used = self._clock()
-            self._runners[manifest.name] = runner
-            task = asyncio.create_task(self._load_runner(runner), name=f"load {manifest.name}")
-            self._loading.add(task)
-            task.add_done_callback(self._loading.discard)
+            runner = self._start_loading(manifest, ctx_size, self._estimate(manifest, ctx_size))
         if pin:
             runner.pinned = True
             runner.expires_at = None
+        return runner
+
+    def _start_loading(self, manifest: Manifest, ctx_size: int | None, need: Need) -> Runner:
+        """A new runner for ``manifest``, taking ``need``, listed as loading while its load runs in a task."""
+        runner = self._new_runner(manifest, ctx_size)
+        runner.need = dict(need)
+        runner.keep_alive = self.keep_alive
+        runner.last_used = self._clock()
+        self._runners[manifest.name] = runner
+        task = asyncio.create_task(self._load_runner(runner), name=f"load {manifest.name}")
+        self._loading.add(task)
+        task.add_done_callback(self._loading.discard)
         return runner
 
     def _start_unload(self, runner: Runner) -> None:

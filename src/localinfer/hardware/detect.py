@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from localinfer.hardware import backends, cpu, gpus, memory, nvidia
+from localinfer.hardware import cpu, gpus, installed, memory, nvidia
 from localinfer.hardware.probes import CommandResult, library_probe_command, run_command, run_library_probe
 from localinfer.hardware.profile import OS, BackendAvailability, CPUInfo, GPUInfo, HardwareProfile, MemoryInfo
 
@@ -101,10 +101,10 @@ class _Detection:
         self.notes: list[str] = []
 
     def run(self) -> HardwareProfile:
-        llama = self._library("llamacpp") if backends.is_installed("llama_cpp") else None
-        onnx = self._library("onnx") if backends.is_installed("onnxruntime") else None
+        llama = self._library("llamacpp") if installed.is_installed("llama_cpp") else None
+        onnx = self._library("onnx") if installed.is_installed("onnxruntime") else None
         nvml = (
-            self._library("nvml") if self.system in ("linux", "windows") and backends.is_installed("pynvml") else None
+            self._library("nvml") if self.system in ("linux", "windows") and installed.is_installed("pynvml") else None
         )
         smi_path = shutil.which("nvidia-smi", path=self.environ.get("PATH")) if self.system != "darwin" else None
         smi = self._command([smi_path, *nvidia.NVIDIA_SMI_QUERY]) if smi_path and nvml is None else None
@@ -123,9 +123,9 @@ class _Detection:
         available = self._attempt(
             "backends",
             lambda: (
-                backends.llamacpp_availability(*llama_answer),
-                backends.onnx_availability(*onnx_answer),
-                *backends.engine_availabilities(self.system, found, self.environ.get("PATH")),
+                installed.llamacpp_availability(*llama_answer),
+                installed.onnx_availability(*onnx_answer),
+                *installed.engine_availabilities(self.system, found, self.environ.get("PATH")),
             ),
             not_probed,
         )

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from localinfer.defaults import CTX_CAP
 from localinfer.errors import LocalInferError
-from localinfer.hardware.backends import ENGINE_INSTALLS, ENGINE_NAMES, EngineInstall
+from localinfer.hardware.installed import ENGINE_INSTALLS, ENGINE_NAMES, EngineInstall
 from localinfer.hardware.model_profile import ModelProfile
 from localinfer.hardware.profile import GiB, GPUInfo, HardwareProfile
 from localinfer.hardware.rpc_devices import Placed, RemoteDevice, Target, split_layers
@@ -27,7 +28,6 @@ from localinfer.types import DEFAULT_KV_CACHE_TYPE, kv_cache_scale
 
 MiB = 1 << 20
 BACKENDS = ("llamacpp", "onnx", *ENGINE_NAMES)  # the engines run as child processes: vllm, sglang, tgi, trtllm
-CTX_CAP = 8192  # the default context when the model was trained for more (as LoadSpec.ctx_cap)
 CTX_FLOOR = 512
 MOST_SLOTS = 4
 GPU_COMPUTE_RESERVE = 512 * MiB  # llama.cpp's compute buffers and CUDA's context

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from localinfer.backends.llamacpp.rpc_wire import _session
+from localinfer.backends.llamacpp.rpc.wire import _session
 from tests.app.server.conftest import free_port
 
 

@@ -16,11 +16,11 @@ import psutil
 import pytest
 
 from localinfer.app.commands.progress_line import format_event
+from localinfer.convert import builder
+from localinfer.convert.builder import BUILDER_MODULE
+from localinfer.convert.onnx import resolve_source
 from localinfer.models.store import Manifest, ModelStore, hf_manifest
 from localinfer.progress import ProgressEvent
-from localinfer.quantize import builder
-from localinfer.quantize.builder import BUILDER_MODULE
-from localinfer.quantize.convert import resolve_source
 from tests.conftest import MakeGGUF
 from tests.hf_folder import write_hf_folder
 from tests.onnx_model import cli_env, output_log

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from localinfer.backends.llamacpp.rpc_wire import RpcWorkerError, exposure, parse_endpoints, probe
+from localinfer.backends.llamacpp.rpc.wire import RpcWorkerError, exposure, parse_endpoints, probe
 from localinfer.errors import ConfigError
 from localinfer.hardware.layer_split import assign, describe, parse_tensor_split
 from localinfer.models.store import Manifest

@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from localinfer.backends.base import LoadSpec
-from localinfer.backends.llamacpp.rpc_child import RpcChildBackend
-from localinfer.backends.llamacpp.rpc_watch import WorkerWatch
+from localinfer.backends.llamacpp.rpc.child import RpcChildBackend
+from localinfer.backends.llamacpp.rpc.watch import WorkerWatch
 from localinfer.errors import LocalInferError
 from localinfer.models.store import Manifest
 from localinfer.types import GenerationOptions, GenerationRequest, SamplingParams

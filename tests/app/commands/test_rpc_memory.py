@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from localinfer.backends.llamacpp.rpc_wire import device_memory, probe
+from localinfer.backends.llamacpp.rpc.wire import device_memory, probe
 from localinfer.errors import LocalInferError
 from localinfer.models.store import Manifest
 from tests.app.commands.rpc_workers import cli, stop_worker
@@ -135,5 +135,5 @@ def test_serve_keeps_on_the_cpu_the_layers_the_workers_memory_cannot_hold_as_hw_
     with serving(smollm2.name, test_home, tmp_path, *small, "--rpc", rpc) as server:
         body = {"model": smollm2.name, "prompt": "Hi", "max_tokens": 1}
         assert httpx.post(f"{server.url}/v1/completions", json=body, timeout=300).status_code == 200  # loaded
-        loaded = next(line for line in server.output().splitlines() if "rpc_child" in line and "layers" in line)
+        loaded = next(line for line in server.output().splitlines() if "rpc.child" in line and "layers" in line)
     assert planned.removeprefix("- ") in loaded

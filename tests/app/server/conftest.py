@@ -119,3 +119,12 @@ def client(smollm2_server: Server) -> openai.OpenAI:
 @pytest.fixture(scope="session")
 def model_name(smollm2: Manifest) -> str:
     return smollm2.name
+
+
+def tokens_predicted(url: str, api_key: str | None = None) -> int:
+    """llama-server's ``llamacpp:tokens_predicted_total`` on the server at ``url``: the tokens sampled by requests
+    that have ended, a request a client left included. A test compares it before and after, instead of timing."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    text = httpx.get(f"{url}/metrics", headers=headers, timeout=30).text
+    line = next(line for line in text.splitlines() if line.startswith("llamacpp:tokens_predicted_total"))
+    return int(float(line.split()[-1]))

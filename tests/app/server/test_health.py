@@ -38,13 +38,12 @@ def test_health_is_503_while_the_model_loads_and_200_once_ready(tmp_path: Path) 
         engine = Engine(settings, ModelStore(settings.models_dir), lambda: SlowLoadingBackend(release))
         app = create_app(engine)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
-            engine.preload(local_manifest(model_file))
+            runner = engine.preload(local_manifest(model_file))
             loading = await client.get("/health")
             assert loading.status_code == 503
             assert loading.json()["status"] == "loading model"
             release.set()
-            for _ in range(100):
-                await asyncio.sleep(0)
+            await runner.ready  # the load is done
             ready = await client.get("/health")
             assert ready.status_code == 200
             assert ready.json()["status"] == "ok"

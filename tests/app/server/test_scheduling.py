@@ -4,7 +4,9 @@ the official ollama client and httpx. The scheduler's rules one by one, with fak
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +19,13 @@ from typing import Any
 import httpx
 import ollama
 import pytest
+import uvicorn
 
+from localinfer.app.server.app import create_app
+from localinfer.client.local import LocalClient
+from localinfer.config import Settings
+from localinfer.engine.engine import Engine
+from localinfer.models.library import ModelLibrary, ServedModels
 from localinfer.models.store import Manifest
 from tests.app.server.conftest import Server, serving
 
@@ -103,19 +111,53 @@ def test_with_room_for_both_both_stay_loaded_with_their_sizes(
     assert all(m["pinned"] is False for m in both.values())
 
 
-def test_a_keep_alive_of_two_seconds_unloads_the_model_two_seconds_after_its_request(
-    roomy: Server, gemma3: Manifest
+class HandClock:
+    """The engine's clock, moved by the test; ``moved_to`` returns once the engine's keep-alive task has looked at
+    it since (the scheduler's reaper reads the clock first thing each round, then unloads what has expired)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._looked = asyncio.Event()
+
+    def __call__(self) -> float:
+        task = asyncio.current_task()
+        if task is not None and task.get_name() == "keep-alive":
+            self._looked.set()
+        return self.now
+
+    async def moved_to(self, now: float) -> None:
+        self._looked.clear()
+        self.now = now
+        await self._looked.wait()
+
+
+async def test_a_keep_alive_of_two_seconds_unloads_the_model_two_seconds_after_its_request(
+    smollm2: Manifest, test_home: Path
 ) -> None:
-    ollama.Client(host=roomy.url).generate(model=gemma3.name, prompt="Hi", keep_alive="2s", options={"num_predict": 2})
-    answered = time.monotonic()
-    listed = running(roomy)
-    if time.monotonic() - answered < 1.5:  # read in time: it is listed, expiring within its 2 seconds
-        expires = datetime.fromisoformat(listed[gemma3.name]["expires_at"].replace("Z", "+00:00"))
-        assert 0 < (expires - datetime.now(timezone.utc)).total_seconds() <= 2.0
-    while gemma3.name in running(roomy):
-        assert time.monotonic() - answered < 30, "still loaded 30 s after a 2 s keep-alive"
-        time.sleep(0.1)
-    assert time.monotonic() - answered >= 1.9  # not before its time (the clock's resolution aside)
+    settings = Settings(home=test_home, discover=False, ctx_size=512, parallel=1)
+    clock = HandClock()
+    library = ModelLibrary.from_settings(settings)
+    engine = Engine(settings, ServedModels(library), clock=clock)
+    app = create_app(engine, client=LocalClient(engine, library, settings))
+    listening = socket.create_server(("127.0.0.1", 0))  # connections queue here until uvicorn takes them
+    url = f"http://127.0.0.1:{listening.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    serving_task = asyncio.create_task(server.serve(sockets=[listening]))
+    try:
+        client = ollama.AsyncClient(host=url)
+        await client.generate(model=smollm2.name, prompt="Hi", keep_alive="2s", options={"num_predict": 2})
+        async with httpx.AsyncClient(timeout=30) as http:
+            listed = {m["name"].removesuffix(":latest"): m for m in (await http.get(f"{url}/api/ps")).json()["models"]}
+            expires = datetime.fromisoformat(listed[smollm2.name]["expires_at"].replace("Z", "+00:00"))
+            assert 0 < (expires - datetime.now(timezone.utc)).total_seconds() <= 2.0  # 2 s by the engine's clock
+            await clock.moved_to(1.9)
+            assert [m["name"] for m in (await http.get(f"{url}/api/ps")).json()["models"]] == [f"{smollm2.name}:latest"]
+            await clock.moved_to(2.0)
+            assert (await http.get(f"{url}/api/ps")).json()["models"] == []  # unloaded at its time, not before
+    finally:
+        server.should_exit = True
+        await serving_task
+        listening.close()
 
 
 def test_ollamas_keep_alive_zero_with_no_prompt_unloads_the_model(roomy: Server, gemma3: Manifest) -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from localinfer.app.server.relay import relay_route
-from localinfer.backends.engine_process.launcher import EngineProcess, free_port, openai_server
+from localinfer.backends.engine_process.launcher import EngineProcess, openai_server
 from localinfer.backends.engine_process.proxy import EngineProxy
 from localinfer.models.store import Manifest
 
@@ -156,19 +156,16 @@ def serving_proxy(process: EngineProcess) -> Iterator[str]:
 @contextmanager
 def serving_app(app: ASGIApp) -> Iterator[str]:
     """A real uvicorn on 127.0.0.1, in a thread, serving ``app`` (its lifespan included); yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="proxy uvicorn", daemon=True)
+    listening = socket.create_server(("127.0.0.1", 0))  # connections queue here until uvicorn takes them
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, name="proxy uvicorn", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{listening.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(10)
+        listening.close()
 
 
 def group_members(pgid: int) -> list[psutil.Process]:

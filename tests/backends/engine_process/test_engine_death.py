@@ -52,6 +52,7 @@ class FakeEngine:
         self.close = close
         self.release = asyncio.Event()
         self.server: asyncio.Server | None = None
+        self.answering: set[asyncio.Task[object]] = set()
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
@@ -62,9 +63,13 @@ class FakeEngine:
         self.release.set()
         assert self.server is not None
         self.server.close()
-        await asyncio.sleep(0.05)
+        await self.server.wait_closed()
+        await asyncio.gather(*self.answering, return_exceptions=True)  # each connection closed by its answer
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self.answering.add(task)
         await reader.readuntil(b"\r\n\r\n")
         writer.write(self.head)
         await writer.drain()

@@ -7,16 +7,16 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.progress_line import ProgressLine
+from localinfer.convert.builder import PRECISIONS, TARGETS
 from localinfer.errors import LocalInferError
 from localinfer.progress import ignore_progress
-from localinfer.quantize.builder import PRECISIONS, TARGETS
 
 if TYPE_CHECKING:
     import argparse
 
     from localinfer.config import Settings
+    from localinfer.convert.onnx import Converted
     from localinfer.progress import ProgressSink
-    from localinfer.quantize.convert import Converted
 
 _MB = 1_000_000
 
@@ -48,8 +48,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from localinfer.convert.onnx import convert_to_onnx
     from localinfer.models.library import ModelLibrary
-    from localinfer.quantize.convert import convert_to_onnx
 
     library = ModelLibrary.from_settings(settings)
     renderer = ProgressLine(sys.stderr)
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def quality_line(converted: Converted) -> str:
     """The comparison of the ONNX model with its GGUF (KL divergence, same top token, greedy agreement), as one
     line; a check that fails says why."""
-    from localinfer.quantize.quality import greedy_agreement
+    from localinfer.convert.quality import greedy_agreement
 
     try:
         agreement = greedy_agreement(converted.source.path, converted.manifest.path.parent)

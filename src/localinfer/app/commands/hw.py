@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.render import row, section
-from localinfer.app.commands.rpc import paste_line
+from localinfer.app.commands.rpc_workers import paste_line
 from localinfer.backends.engine_process.recipes import RECIPES
-from localinfer.backends.llamacpp.rpc_wire import parse_endpoints, remote_devices
+from localinfer.backends.llamacpp.rpc.wire import parse_endpoints, remote_devices
 from localinfer.errors import ConfigError
 from localinfer.hardware.layer_split import parse_tensor_split
 from localinfer.hardware.model_profile import from_gguf, from_path, with_draft

@@ -176,8 +176,3 @@ def ctx_per_slot(ctx_size: int | None, parallel: int | None) -> tuple[int | None
 def hosts_of(host: str) -> list[str]:
     """The addresses ``--host`` names: one, or several comma-separated (llama-server's form)."""
     return [h.strip() for h in host.split(",") if h.strip()]
-
-
-def request_defaults(args: argparse.Namespace) -> dict[str, Any]:
-    """The request defaults the flags set, as keyword arguments of ``RequestDefaults``."""
-    return {"seed": args.seed, "temperature": args.temp, "n_predict": args.n_predict}

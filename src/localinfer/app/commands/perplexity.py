@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.progress_line import ProgressLine
-from localinfer.app.commands.render import row, section
+from localinfer.app.commands.render import perplexity_table
 from localinfer.errors import QuantizeError
 from localinfer.progress import ProgressEvent
 
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from localinfer.config import Settings
     from localinfer.models.library import ModelLibrary
     from localinfer.models.store import Manifest
-    from localinfer.quantize.perplexity import Report
 
 
 def add_parser(subparsers: Any) -> None:
@@ -84,29 +83,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps({"model": model.name, "base": base.name if base else None, **report.as_dict()}, indent=2))
     else:
-        print(table(report, model=model.name, base=base.name if base else None))
+        print(perplexity_table(report, model=model.name, base=base.name if base else None))
     return 0
-
-
-def table(report: Report, *, model: str, base: str | None) -> str:
-    """The report on one screen: perplexity, and the divergence figures when a base was measured."""
-    rows = [
-        row("perplexity", f"{report.ppl:.4f} ± {report.ppl_error:.4f}"),
-        row("scored", f"{report.scored} tokens in {report.chunks} chunks of {report.ctx}"),
-    ]
-    lines = section(f"{model}", rows)
-    d = report.divergence
-    if d is not None and base is not None:
-        lines += section(
-            f"against {base}",
-            [
-                row("base perplexity", f"{d.base_ppl:.4f}"),
-                row("PPL ratio", f"{report.ppl / d.base_ppl:.4f}"),
-                row("mean KLD", f"{d.kld_mean:.6f}"),
-                row("99% KLD", f"{d.kld_p99:.6f}"),
-                row("max KLD", f"{d.kld_max:.6f}"),
-                row("same top token", f"{100 * d.same_top:.2f} %"),
-                row("mean Δp", f"{100 * d.mean_delta_p:+.3f} %"),
-            ],
-        )
-    return "\n".join(lines).rstrip("\n")

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from localinfer.app.commands.running_server import add_server_arguments, server_client
+
 if TYPE_CHECKING:
     import argparse
 
@@ -14,20 +16,6 @@ if TYPE_CHECKING:
     from localinfer.config import Settings
 
 _MB = 1_000_000
-
-
-def add_server_arguments(p: argparse.ArgumentParser) -> None:
-    """``--url`` and ``--api-key``: the running server to ask."""
-    p.add_argument("--url", help="the running 'localinfer serve' (default: http://HOST:PORT from the settings)")
-    p.add_argument("--api-key", help="the key that server asks for (LOCALINFER_API_KEY)")
-
-
-def server_client(args: argparse.Namespace, settings: Settings) -> HttpClient:
-    from localinfer.client.remote import HttpClient
-
-    url = args.url or f"http://{settings.host}:{settings.port}"
-    key = args.api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
-    return HttpClient(url, api_key=key)
 
 
 def add_parser(subparsers: Any) -> None:

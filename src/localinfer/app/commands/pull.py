@@ -12,10 +12,8 @@ from localinfer.progress import ignore_progress
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
 
     from localinfer.config import Settings
-    from localinfer.hardware.profile import HardwareProfile
     from localinfer.progress import ProgressSink
 
 _MB = 1_000_000
@@ -50,6 +48,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if not args.model:
         raise PullError("no model was named", hint="e.g. localinfer pull smollm2 (localinfer pull --catalog)")
+    from localinfer.hardware.fits import machine_fits
     from localinfer.models.pull import pull
     from localinfer.models.store import ModelStore
 
@@ -80,19 +79,3 @@ def render_catalog() -> str:
     for entry in CATALOG.values():
         lines.append(f"{entry.name.ljust(width)}  {entry.repo_id}  ({entry.description})")
     return "\n".join(lines)
-
-
-def machine_fits(hardware: HardwareProfile | None = None) -> Callable[[int], bool]:
-    """Whether a model file of so many bytes fits this machine (its GPUs when llama.cpp can use them, else its
-    RAM), for picking a quantization; without ``hardware`` it is detected on the first question only."""
-    found: list[HardwareProfile] = [hardware] if hardware is not None else []
-
-    def fits(size: int) -> bool:
-        from localinfer.hardware.detect import detect
-        from localinfer.hardware.plan import fits_in
-
-        if not found:
-            found.append(detect())
-        return fits_in(found[0], size, gpu_offload=found[0].backend("llamacpp").gpu_offload)
-
-    return fits

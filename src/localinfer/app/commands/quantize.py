@@ -115,7 +115,7 @@ def _check(
     renderer: ProgressLine,
 ) -> int:
     """Measure ``manifest`` against ``source`` on the default text, print the table, keep the figures."""
-    from localinfer.app.commands.perplexity import table
+    from localinfer.app.commands.render import perplexity_table
     from localinfer.quantize.lineage import add_quality
     from localinfer.quantize.perplexity import default_text, measure
 
@@ -130,6 +130,6 @@ def _check(
         return 130
     finally:
         renderer.close()
-    print(table(report, model=manifest.name, base=args.source))
+    print(perplexity_table(report, model=manifest.name, base=args.source))
     add_quality(library.store, manifest, {"text": "default", **report.as_dict()})
     return 0

@@ -10,22 +10,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from localinfer.backends.llamacpp.rpc_wire import (
+from localinfer.app.commands.rpc_workers import lan_address
+from localinfer.backends.llamacpp.rpc.wire import (
     DEFAULT_PORT,
     SAFE_WAYS,
     exposure,
-    parse_endpoints,
-    remote_devices,
 )
 from localinfer.errors import ConfigError
-from localinfer.hardware.layer_split import parse_tensor_split
 
 if TYPE_CHECKING:
     import argparse
 
-    from localinfer.backends.llamacpp.rpc import Device
+    from localinfer.backends.llamacpp.rpc.devices import Device
     from localinfer.config import Settings
-    from localinfer.hardware.rpc_devices import RemoteDevice
 
 UNSAFE_FLAG = "--i-know-this-is-unauthenticated"
 
@@ -75,32 +72,6 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    """``serve``'s flags for RPC workers (llama-server's)."""
-    p.add_argument(
-        "--rpc",
-        metavar="HOST:PORT[,...]",
-        help="llama.cpp RPC workers ('localinfer rpc' on other machines) whose devices take a share of the "
-        "offloaded layers (all layers unless --gpu-layers N); unauthenticated: use loopback, an SSH tunnel or a "
-        "private network",
-    )
-    p.add_argument(
-        "--tensor-split",
-        "-ts",
-        metavar="N[,N...]",
-        help="shares of the offloaded layers per device, the RPC workers first, then the local GPUs "
-        "(default: by free memory)",
-    )
-
-
-def check_workers(settings: Settings) -> tuple[RemoteDevice, ...]:
-    """Every RPC worker in the settings answers and speaks our protocol; their devices, with the memory each
-    offers now (before any model is loaded onto them), which the planner splits layers by. Raises RpcWorkerError
-    (naming the first that does not answer) or ConfigError (an address that is not one)."""
-    parse_tensor_split(settings.tensor_split)
-    return remote_devices(parse_endpoints(settings.rpc))
-
-
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Lend the devices until SIGTERM or Ctrl+C (exit 0). Raises ConfigError for an unsafe or unusable address,
     an unknown device, or llama.cpp without its RPC backend."""
@@ -119,12 +90,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port} is not a port", hint="e.g. --port 50052")
     _check_free(args.host, args.port)
-    from localinfer.backends.llamacpp import rpc
     from localinfer.backends.llamacpp.model import default_threads
+    from localinfer.backends.llamacpp.rpc import devices as rpc
 
     lent = _chosen_devices(rpc.devices(), args.device)
     if args.mem is not None:
-        from localinfer.backends.llamacpp.memory_cap import cap_reported_memory
+        from localinfer.backends.llamacpp.rpc.memory_cap import cap_reported_memory
 
         for device in lent:
             cap_reported_memory(device.handle, args.mem)
@@ -248,23 +219,3 @@ def _paste_address(host: str) -> str:
     if exposure(host) == "everywhere":
         return lan_address()
     return f"[{host}]" if ":" in host else host
-
-
-def lan_address() -> str:
-    """This machine's address on its network (the one a route to the outside leaves from; nothing is sent),
-    127.0.0.1 when it has none."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))  # TEST-NET-1: a route lookup only
-            return str(s.getsockname()[0])
-        except OSError:
-            return "127.0.0.1"
-
-
-def paste_line() -> str:
-    """What ``hw`` prints: how to lend this machine, and the flag to paste on the main machine."""
-    address = lan_address()
-    return (
-        f"localinfer rpc --host {address}   then on the main machine: --rpc {address}:{DEFAULT_PORT} "
-        f"(unauthenticated: or {SAFE_WAYS})"
-    )

@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.progress_line import ProgressLine
-from localinfer.app.commands.ps import add_server_arguments, server_client
+from localinfer.app.commands.running_server import add_server_arguments, server_client
 from localinfer.errors import ConfigError
 from localinfer.types import ChatMessage, ChatRequest, GenerationOptions
 
@@ -71,8 +71,8 @@ async def _answer(client: InferenceClient, request: ChatRequest) -> None:
 def _in_process(settings: Settings, model: str) -> tuple[InferenceClient, Manifest]:
     """The engine in this process, and the name it knows ``model`` by: a model name, a GGUF path typed at the
     keyboard (registered for this run as ``localinfer serve ./x.gguf`` does), or a reference pulled first."""
-    from localinfer.app.commands.pull import machine_fits
     from localinfer.bootstrap import local_stack  # the engine only when no server answers
+    from localinfer.hardware.fits import machine_fits
     from localinfer.models.library import ModelLibrary
     from localinfer.models.pull import ensure_model
 

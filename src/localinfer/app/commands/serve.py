@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import sys
 from typing import TYPE_CHECKING, Any
 
-from localinfer.app.commands import rpc as rpc_flags
+from localinfer.app.commands import rpc_workers
 from localinfer.app.commands.llama_server_flags import (
     add_llama_server_flags,
     add_reasoning_flags,
@@ -19,8 +18,8 @@ from localinfer.app.commands.llama_server_flags import (
     model_named,
 )
 from localinfer.app.commands.progress_line import ProgressLine
-from localinfer.app.commands.pull import machine_fits
-from localinfer.errors import ConfigError, LocalInferError
+from localinfer.errors import ConfigError
+from localinfer.hardware.fits import machine_fits
 from localinfer.models.store import validate_name
 
 if TYPE_CHECKING:
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
     from localinfer.config import Settings
     from localinfer.hardware.profile import HardwareProfile
     from localinfer.models.library import ModelLibrary
-    from localinfer.models.store import Manifest, ModelSource
+    from localinfer.models.store import Manifest
 
 
 def add_parser(subparsers: Any) -> None:
@@ -51,7 +50,8 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--port", type=int, help="port to listen on (default 8080)")
     p.add_argument(
-        "--api-key", help="require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health"
+        "--api-key",
+        help="require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health and /v1/health",
     )
     p.add_argument(
         "--allow-host",
@@ -92,7 +92,7 @@ def add_parser(subparsers: Any) -> None:
         type=int,
         help="layers to offload to the GPU (-1: all; default: as many as fit)",
     )
-    rpc_flags.add_serve_arguments(p)
+    rpc_workers.add_serve_arguments(p)
     p.add_argument(
         "--cache-type-k",
         "-ctk",
@@ -111,7 +111,7 @@ def add_parser(subparsers: Any) -> None:
         "-fa",
         choices=("auto", "on", "off"),
         help="GGUF models: flash attention; auto (the default) turns it on wherever the device runs it. On a CPU, "
-        "off can generate much faster; it turns --spec off unless --spec is given (drafts verified without it "
+        "off generates within 15 %% of on; it turns --spec off unless --spec is given (drafts verified without it "
         "change greedy text), and cannot read a quantized value cache",
     )
     p.add_argument(
@@ -213,15 +213,6 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _engine_args(args: argparse.Namespace) -> list[str]:
     extra = list(args.engine_arg)
     if args.tensor_parallel_size is not None:
@@ -235,9 +226,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # The server's parts load here, not when the command line starts (localinfer --version stays instant).
     from pydantic import SecretStr
 
-    from localinfer.app.server.app import create_app
-    from localinfer.app.server.core.defaults import RequestDefaults
-    from localinfer.app.server.guard import policy_for
+    from localinfer.app.server.compose import check_exposure, server_app
     from localinfer.bootstrap import local_stack
     from localinfer.hardware.detect import detect
     from localinfer.models.library import ModelLibrary
@@ -289,18 +278,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         reasoning_budget=args.reasoning_budget,
         chat_template_kwargs=args.chat_template_kwargs,
     )
-    api_key = settings.api_key.get_secret_value() if settings.api_key else None
     hosts = hosts_of(settings.host)
     if not hosts:
         raise ConfigError(f"--host {settings.host!r} names no address", hint="e.g. --host 127.0.0.1")
-    for host in hosts:
-        if not is_loopback(host) and not api_key:
-            raise ConfigError(
-                f"refusing to listen on {host} without an API key: anyone on the network could use it",
-                hint="set one with --api-key KEY or LOCALINFER_API_KEY=KEY, or bind 127.0.0.1",
-            )
+    check_exposure(hosts, settings)
     # before anything loads (llama.cpp aborts on a worker it cannot reach), while the workers' memory is all free
-    rpc_devices = rpc_flags.check_workers(settings)
+    rpc_devices = rpc_workers.check_workers(settings)
     library = ModelLibrary.from_settings(settings)
     hardware = detect()
     if settings.speculation == "draft":  # found (or pulled) once, here: a missing draft fails now, in one line
@@ -315,7 +298,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 hint=f"name it: localinfer serve MODEL {flag} ...",
             )
         stack = local_stack(settings, library=library, hardware=hardware, serving=url, rpc_devices=rpc_devices)
-        default = _default_model(stack.models, settings.model)
         message = f"localinfer: serving on {url}/v1; models load on their first request"
     else:
         preload, original = _model_to_serve(args, settings, library, hardware)
@@ -329,35 +311,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             rpc_devices=rpc_devices,
         )
         stack.engine.check_plan(preload)  # a model this machine cannot run (vLLM's without its GPU) fails here
-        default = preload.name
         message = f"localinfer: serving {preload.name} on {url}/v1"
-    pins = [stack.models.resolve(name) for name in settings.pin]
-    access = policy_for(
-        hosts[0], allow_hosts=[*settings.allow_hosts, *hosts[1:]], cors_origins=settings.cors_origins, api_key=api_key
-    )
-    # one model served, as llama-server serves one: any name nobody serves gets it (core/model_name.py)
-    one_model = preload.name if preload is not None and not settings.pin and not settings.strict_model_names else None
-    app = create_app(
-        stack.engine,
-        preload=preload,
-        pins=pins,
-        default_model=default,
-        one_model=one_model,
-        aliases=_aliases(args.alias)[1:],
-        request_defaults=RequestDefaults(
-            settings.temperature,
-            settings.seed,
-            settings.n_predict,
-            reasoning_format=settings.reasoning_format,
-            reasoning=settings.reasoning,
-            reasoning_budget=settings.reasoning_budget,
-            template_kwargs=settings.chat_template_kwargs,
-        ),
-        slots_endpoint=settings.slots_endpoint,
-        client=stack.client,
-        access=access,
-        max_body=settings.max_body,
-    )
+    app = server_app(stack, hosts, preload=preload, aliases=_aliases(args.alias)[1:])
     if ctx_note:
         print(f"localinfer: {ctx_note}", flush=True)
     print(message, flush=True)
@@ -416,14 +371,6 @@ def _slot_folder(given: str | None) -> Path | None:
     if not folder.is_dir():
         raise ConfigError(f"--slot-save-path {given}: not a directory", hint="create the folder first, or name another")
     return folder.resolve()
-
-
-def _default_model(models: ModelSource, name: str) -> str | None:
-    """The model a request naming none gets: the ``model`` setting's, when it is here."""
-    try:
-        return models.resolve(name).name
-    except LocalInferError:
-        return None
 
 
 def _aliases(given: str | None) -> list[str]:

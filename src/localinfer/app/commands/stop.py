@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from localinfer.app.commands.ps import add_server_arguments, server_client
+from localinfer.app.commands.running_server import add_server_arguments, server_client
 
 if TYPE_CHECKING:
     import argparse

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from localinfer.app.commands.progress_line import ProgressLine
-from localinfer.app.commands.serve import is_loopback
 from localinfer.errors import ConfigError, PullError
 
 if TYPE_CHECKING:
@@ -51,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     # The app's parts load here, not when the command line starts (localinfer --version stays instant).
-    from localinfer.app.server.app import create_app
-    from localinfer.app.server.guard import policy_for
+    from localinfer.app.server.compose import server_app
+    from localinfer.app.server.guard import is_loopback_name
     from localinfer.app.tui.app import LocalInferApp
     from localinfer.app.tui.conversations import ConversationStore
     from localinfer.bootstrap import local_stack
@@ -86,15 +85,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         served = named if args.serve else None
         # --serve shares the engine with HTTP clients: names only, as 'localinfer serve'
         stack = local_stack(settings, library=library, names_only=args.serve, served=served)
-        engine, local = stack.engine, stack.client
+        local = stack.client
         client = local
         if args.serve:
-            if not is_loopback(settings.host):
+            if not is_loopback_name(settings.host):
                 raise ConfigError("--serve listens on 127.0.0.1 only", hint="use 'localinfer serve' for other hosts")
             local.serving = f"http://{settings.host}:{settings.port}"
-            access = policy_for(settings.host, allow_hosts=settings.allow_hosts, cors_origins=settings.cors_origins)
             serve_api = api_server(
-                create_app(engine, client=local, access=access, max_body=settings.max_body),
+                server_app(stack, [settings.host]),  # as 'localinfer serve' builds it: key, pins, defaults
                 settings,
                 end_requests=local.shutdown,
                 on_stopped=lambda: app.exit(),  # SIGTERM stopped the API (gracefully): the app goes with it
@@ -110,7 +108,7 @@ def fetch_named(library: ModelLibrary, settings: Settings, model: str) -> Manife
     """The model ``--model`` names (a name, a path given on this command line, or a reference), pulled first with
     the CLI's progress line when it is not here, as ``localinfer run`` does. Raises the LocalInferError that says
     why it cannot be had (the CLI prints it in one line before the app opens)."""
-    from localinfer.app.commands.pull import machine_fits
+    from localinfer.hardware.fits import machine_fits
     from localinfer.models.pull import ensure_model
 
     progress = ProgressLine(sys.stderr)

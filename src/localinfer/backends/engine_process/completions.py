@@ -1,10 +1,12 @@
-"""A core ``GenerationRequest`` as a streamed ``/v1/completions`` call to an engine, and its events back as chunks."""
+"""A core ``GenerationRequest`` as a streamed ``/v1/completions`` call to an engine, and its events back as chunks;
+and the reading of a child's server-sent events (``sse_data``, ``json_events``, ``event_error``) that the child
+``localinfer serve`` of a model on RPC workers (``llamacpp/rpc/child_wire.py``) shares."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from localinfer.errors import GenerationFailed, InvalidRequest, LocalInferError, ModelNotReady
@@ -77,6 +79,32 @@ async def sse_data(body: AsyncIterator[bytes]) -> AsyncIterator[str]:
                 yield b"\n".join(lines).decode(errors="replace")
 
 
+async def json_events(
+    events: AsyncIterator[str], source: str, *, broken: type[GenerationFailed] = GenerationFailed
+) -> AsyncIterator[dict[str, Any]]:
+    """Each event's data as JSON, up to ``[DONE]`` or the stream's end. Raises ``broken`` (naming ``source``) for
+    an event that is not JSON."""
+    async for data in events:
+        if data.strip() == "[DONE]":
+            return
+        try:
+            payload = json.loads(data)
+        except ValueError as exc:
+            raise broken(f"{source} sent an event that is not JSON: {data[:200]!r}") from exc
+        yield payload
+
+
+def event_error(payload: Mapping[str, Any]) -> tuple[str, object] | None:
+    """The message and code (None when it has none) of an error event, whose ``error`` is an object or a string;
+    None for any other event."""
+    error = payload.get("error")
+    if not error:
+        return None
+    if isinstance(error, dict):
+        return str(error.get("message")), error.get("code")
+    return str(error), None
+
+
 async def token_chunks(events: AsyncIterator[str], engine: str = "the engine") -> AsyncIterator[TokenChunk]:
     """Chunks from a completion's event data; the last one carries the finish reason, usage and timings.
 
@@ -87,17 +115,9 @@ async def token_chunks(events: AsyncIterator[str], engine: str = "the engine") -
     first_token: float | None = None
     finish: FinishReason | None = None
     usage: Usage | None = None
-    async for data in events:
-        if data.strip() == "[DONE]":
-            break
-        try:
-            payload = json.loads(data)
-        except ValueError as exc:
-            raise GenerationFailed(f"{engine} sent an event that is not JSON: {data[:200]!r}") from exc
-        if payload.get("error"):
-            error = payload["error"]
-            message = error.get("message") if isinstance(error, dict) else error
-            raise GenerationFailed(f"{engine} failed mid-generation: {message}")
+    async for payload in json_events(events, engine):
+        if (error := event_error(payload)) is not None:
+            raise GenerationFailed(f"{engine} failed mid-generation: {error[0]}")
         if payload.get("usage"):
             u = payload["usage"]
             cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0

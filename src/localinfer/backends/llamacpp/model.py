@@ -17,7 +17,7 @@ from typing import Any
 import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.base import DeviceUse, FimTokens, LoadSpec, ModelFacts
-from localinfer.backends.llamacpp import rpc
+from localinfer.backends.llamacpp.rpc import devices as rpc
 from localinfer.errors import ModelLoadError
 from localinfer.models.metadata.thinking import thinking_markers
 from localinfer.types import DEFAULT_KV_CACHE_TYPE, KV_CACHE_BYTES

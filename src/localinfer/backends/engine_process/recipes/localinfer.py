@@ -1,5 +1,5 @@
 """A child ``localinfer serve`` as an engine: how a GGUF model placed on llama.cpp RPC workers is served out of the
-main server's process (``backends/llamacpp/rpc_child.py``), since llama.cpp ends the process that loses a worker.
+main server's process (``backends/llamacpp/rpc/child.py``), since llama.cpp ends the process that loses a worker.
 
 Its settings come in its environment (``LOCALINFER_*``, as any ``serve`` reads them), the key in
 ``LOCALINFER_API_KEY``; the model is its file, served under its name (``--alias``) on 127.0.0.1 at the launcher's

@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 
 from localinfer.backends.base import DeviceUse
-from localinfer.backends.llamacpp.rpc_wire import probe
+from localinfer.backends.llamacpp.rpc.wire import probe
 from localinfer.errors import ConfigError
 from localinfer.hardware import layer_split
 from localinfer.models.metadata.gguf import TensorEntry, read_gguf_tensors
@@ -127,7 +127,7 @@ def devices() -> list[Device]:
 
 def add_workers(endpoints: tuple[str, ...]) -> list[Device]:
     """Register the RPC workers at ``endpoints`` (each once per process) as devices llama.cpp can load layers onto;
-    their devices, in the order given. Each is checked first (rpc_wire.probe), since llama.cpp aborts the process
+    their devices, in the order given. Each is checked first (wire.probe), since llama.cpp aborts the process
     on one it cannot reach. Raises RpcWorkerError (unreachable, busy, another protocol) or ConfigError (no RPC
     backend in this build)."""
     found: list[Device] = []

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from localinfer.hardware import backends
-from localinfer.hardware.backends import (
+from localinfer.hardware import installed as installed_module
+from localinfer.hardware.installed import (
     llama_gpu_backends,
     llamacpp_availability,
     onnx_availability,
@@ -27,8 +27,8 @@ def h100(cc: tuple[int, int] = (9, 0)) -> GPUInfo:
 def installed(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """Modules that ``is_installed`` says are there (add to the set), with version 9.9.9."""
     modules: set[str] = set()
-    monkeypatch.setattr(backends, "is_installed", lambda module: module in modules)
-    monkeypatch.setattr(backends, "installed_version", lambda *names: "9.9.9")
+    monkeypatch.setattr(installed_module, "is_installed", lambda module: module in modules)
+    monkeypatch.setattr(installed_module, "installed_version", lambda *names: "9.9.9")
     return modules
 
 

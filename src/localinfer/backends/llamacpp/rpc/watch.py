@@ -28,7 +28,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from localinfer.backends.llamacpp.rpc_wire import split_endpoint
+from localinfer.backends.llamacpp.rpc.wire import split_endpoint
 
 REACH_TIMEOUT = 2.0  # seconds a fresh connection to a worker has to be taken (or refused)
 KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 2, 1, 3  # a probe's TCP keepalive: seconds, seconds, probes

@@ -14,7 +14,7 @@ The child is given the model's file (served under the model's name with ``--alia
 When the child dies in a request (its stream breaks off, or its process exits), or no piece comes for the
 ``rpc_stall_timeout`` setting's seconds (5) and ``WorkerWatch`` finds a worker gone (a half-open connection, where
 the child would wait for ever; the child is then stopped), the request ends with RpcWorkerLost naming it. A worker
-that is only busy (it serves the child) is never taken for gone (``rpc_watch.py``). Later requests get
+that is only busy (it serves the child) is never taken for gone (``watch.py``). Later requests get
 RpcWorkerLost (503) while it is gone, and restart the child once every worker answers again.
 """
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -47,17 +46,16 @@ from localinfer.backends.engine_process.proxy import EngineProxy
 from localinfer.backends.engine_process.recipes.localinfer import LOCALINFER
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.llamacpp.model import LlamaModel
-from localinfer.backends.llamacpp.rpc_child_wire import (
+from localinfer.backends.llamacpp.rpc.child_wire import (
     ChildStreamBroken,
     chunks_from,
     completion_body,
     device_use,
     refuse_uncarried,
 )
-from localinfer.backends.llamacpp.rpc_watch import WorkerWatch
-from localinfer.backends.llamacpp.rpc_wire import RpcWorkerError, probe
-from localinfer.backends.registry import BackendFactories, BackendFactory
-from localinfer.config import Settings
+from localinfer.backends.llamacpp.rpc.watch import WorkerWatch
+from localinfer.backends.llamacpp.rpc.wire import RpcWorkerError, probe
+from localinfer.defaults import RPC_STALL_TIMEOUT
 from localinfer.errors import GenerationFailed, ModelLoadError, ModelNotReady, RpcWorkerLost
 from localinfer.models.store import is_valid_name
 from localinfer.types import GenerationRequest, TokenStream
@@ -65,9 +63,11 @@ from localinfer.types import GenerationRequest, TokenStream
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 1200.0  # seconds: a large model's weights cross the network on its first load
-STALL_SECONDS = 5.0  # without a piece from the child this long, check the workers (the rpc_stall_timeout setting)
 EXIT_POLLS, EXIT_POLL_SECONDS = 40, 0.05  # how long an error waits to see whether the child is exiting
 JSON_HEADERS = [("content-type", "application/json")]
+# what llama.cpp does that the child's /completion is given (child_wire.completion_body): the child has these of
+# LlamaCppBackend's capabilities and no others (json schemas, logit bias... are refused: refuse_uncarried)
+CARRIED = ("formats", "gbnf", "batching", "token_prompts", "kv_cache_types", "speculative", "tokenize")
 
 
 def child_env(parent: Mapping[str, str], spec: LoadSpec, home: Path) -> dict[str, str]:
@@ -110,13 +110,7 @@ class RpcChildBackend(Backend):
 
     name: ClassVar[str] = "llamacpp"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        formats=("gguf",),
-        gbnf=True,
-        batching=True,
-        token_prompts=True,
-        kv_cache_types=True,
-        speculative=True,
-        tokenize=True,
+        **{name: getattr(LlamaCppBackend.capabilities, name) for name in CARRIED}
     )
 
     def __init__(
@@ -125,7 +119,7 @@ class RpcChildBackend(Backend):
         home: Path,
         log_dir: Path | None = None,
         env: Mapping[str, str] | None = None,
-        stall_seconds: float = STALL_SECONDS,
+        stall_seconds: float = RPC_STALL_TIMEOUT,
     ) -> None:
         self._home = home
         self._log_dir = log_dir
@@ -398,18 +392,3 @@ class _Progress:
     """When the request's last piece came (the event loop's clock)."""
 
     last: float
-
-
-def with_rpc_child(
-    factories: BackendFactory | BackendFactories, settings: Settings
-) -> BackendFactory | BackendFactories:
-    """``factories`` with GGUF models served by RpcChildBackend when the settings place them on RPC workers (and
-    do not ask for them in this process); a test's own factories are left as they are."""
-    if not settings.rpc or settings.rpc_in_process or not isinstance(factories, Mapping):
-        return factories
-    if factories.get("gguf") is not LlamaCppBackend:
-        return factories
-    child = functools.partial(
-        RpcChildBackend, home=settings.home, log_dir=settings.home / "logs", stall_seconds=settings.rpc_stall_timeout
-    )
-    return {**factories, "gguf": child}

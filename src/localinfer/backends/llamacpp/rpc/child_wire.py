@@ -1,13 +1,13 @@
 """What goes to a child ``localinfer serve``'s llama.cpp ``/completion`` and what comes back, for
-``rpc_child.py``: a request as token ids with its sampling, and the child's events as chunks."""
+``child.py``: a request as token ids with its sampling, and the child's events as chunks."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from localinfer.backends.base import DeviceUse
+from localinfer.backends.engine_process.completions import event_error, json_events
 from localinfer.errors import GenerationFailed, InvalidRequest
 from localinfer.types import GenerationRequest, PromptProgress, Timings, TokenChunk, Usage
 
@@ -72,17 +72,10 @@ async def chunks_from(events: AsyncIterator[str]) -> AsyncGenerator[TokenChunk, 
     """Chunks from the child's /completion events (with the prompt's progress and each piece's timings when they
     were asked). Raises GenerationFailed for an error event of the child's, ChildStreamBroken when the stream
     breaks off (the proxy's error event, a partial event, or its end before the generation's)."""
-    async for data in events:
-        try:
-            payload = json.loads(data)
-        except ValueError as exc:
-            raise ChildStreamBroken(f"the child sent an event that is not JSON: {data[:200]!r}") from exc
-        if payload.get("error"):
-            error = payload["error"]
-            message = str(error.get("message") if isinstance(error, dict) else error)
-            if isinstance(error, dict) and error.get("code") == ENGINE_UNAVAILABLE:
-                raise ChildStreamBroken(message)
-            raise GenerationFailed(message)
+    async for payload in json_events(events, "the child", broken=ChildStreamBroken):
+        if (error := event_error(payload)) is not None:
+            message, code = error
+            raise ChildStreamBroken(message) if code == ENGINE_UNAVAILABLE else GenerationFailed(message)
         if payload.get("prompt_progress"):
             p = payload["prompt_progress"]
             numbers = [int(p.get(key) or 0) for key in ("total", "cache", "processed", "time_ms")]

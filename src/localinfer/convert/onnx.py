@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from localinfer.convert import builder
+from localinfer.convert.gguf_source import FLOAT32_UP_TO, dequantize, gguf_add_bos, set_add_bos, write_hf_folder
 from localinfer.errors import ConvertError, ModelNotFound, PullError
 from localinfer.models.store import ONNX_CONFIG, Manifest, ModelSource, ModelStore, onnx_manifest, validate_name
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
-from localinfer.quantize import builder
-from localinfer.quantize.gguf_source import FLOAT32_UP_TO, dequantize, gguf_add_bos, set_add_bos, write_hf_folder
 
 PROVENANCE = "localinfer-convert.json"
 CONVERTER_VERSION = 3  # bumped whenever the same source and builder would give a different folder or report
