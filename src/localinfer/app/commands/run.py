@@ -20,6 +20,7 @@ from localinfer.types import ChatMessage, ChatRequest, GenerationOptions
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Awaitable, Callable
 
     from localinfer.client.base import InferenceClient
     from localinfer.client.remote import HttpClient
@@ -40,6 +41,16 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("prompt", nargs="*", metavar="PROMPT", help="the prompt (words are joined with spaces)")
     p.add_argument("--max-tokens", type=int, default=None, help="most tokens in the answer (default: no limit)")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.8)")
+    p.add_argument(
+        "--mcp",
+        action="append",
+        metavar="NAME",
+        help="offer the tools of this MCP server (localinfer mcp ls); each call is approved on the terminal",
+    )
+    p.add_argument("--yes", action="store_true", help="--mcp: run the tools marked safe without asking")
+    p.add_argument(
+        "--tool-choice", metavar="CHOICE", help="--mcp: auto (default), required, or the one tool to call first"
+    )
     add_server_arguments(p)
     p.set_defaults(run=run)
 
@@ -96,7 +107,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         options = dataclasses.replace(
             options, sampling=dataclasses.replace(options.sampling, temperature=args.temperature)
         )
-    request = ChatRequest(args.model, (ChatMessage("user", prompt),), options)
+    request = ChatRequest(args.model, (ChatMessage("user", prompt),), options, tool_choice=args.tool_choice or "auto")
     import asyncio
 
     asyncio.run(_run(args, settings, request))
@@ -104,21 +115,30 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run(args: argparse.Namespace, settings: Settings, request: ChatRequest) -> None:
+    def answer(client: InferenceClient, request: ChatRequest) -> Awaitable[None]:
+        if not args.mcp:
+            return _answer(client, request)
+        from localinfer.app.commands.run_tools import answer_with_tools
+
+        return answer_with_tools(client, request, settings, args.mcp, yes=args.yes)
+
     remote = server_client(args, settings)
     try:
         if _server_is_up(remote.where):
-            await _answer_remote(remote, request)
+            await _answer_remote(remote, request, answer)
             return
     finally:
         await remote.close()
     client, name = _in_process(settings, request.model)
     try:
-        await _answer(client, dataclasses.replace(request, model=name))
+        await answer(client, dataclasses.replace(request, model=name))
     finally:
         await client.close()
 
 
-async def _answer_remote(remote: HttpClient, request: ChatRequest) -> None:
+async def _answer_remote(
+    remote: HttpClient, request: ChatRequest, answer: Callable[[InferenceClient, ChatRequest], Awaitable[None]]
+) -> None:
     """The running server's answer. A model it does not have, by a name that can be pulled, is pulled there first
     (its progress shown here), as ``ollama run`` has its server pull, then asked for by the name it was registered
     under."""
@@ -134,4 +154,4 @@ async def _answer_remote(remote: HttpClient, request: ChatRequest) -> None:
             finally:
                 progress.close()
         request = dataclasses.replace(request, model=name)
-    await _answer(remote, request)
+    await answer(remote, request)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from localinfer.app.tui.app import LocalInferApp
+    from localinfer.app.tui.tools.toolbox import Toolbox
     from localinfer.client.base import InferenceClient
     from localinfer.client.remote import HttpClient
     from localinfer.config import Settings
@@ -124,8 +125,23 @@ def build_app(args: argparse.Namespace, settings: Settings) -> LocalInferApp:
         open_model=open_model,
         export_dir=Path.cwd(),
         background=serve_api,
+        toolbox=toolbox_for(settings),
     )
     return app
+
+
+def toolbox_for(settings: Settings) -> Toolbox | None:
+    """The MCP servers the chat may use (None when none is declared). Raises ConfigError for a declaration that
+    is wrong (one line before the app opens)."""
+    from localinfer.app.tools.hub import McpHub
+    from localinfer.app.tools.servers import configured_servers
+    from localinfer.app.tui.tools.toolbox import Toolbox
+
+    servers = configured_servers(settings)
+    if not servers:
+        return None
+    hub = McpHub(servers, log_dir=settings.home / "mcp-logs")
+    return Toolbox(hub, settings.tool_steps, settings.tool_output_max, settings.tool_timeout)
 
 
 async def fetch_remote(remote: HttpClient, model: str) -> str:

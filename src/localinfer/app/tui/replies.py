@@ -3,10 +3,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 
 from localinfer.app.tui.conversations import ConversationSettings, StoredMessage
-from localinfer.types import ChatMessage, ChatRequest, GenerationOptions, SamplingParams, Thinking, TokenChunk
+from localinfer.types import (
+    ChatMessage,
+    ChatRequest,
+    GenerationOptions,
+    SamplingParams,
+    Thinking,
+    TokenChunk,
+    ToolCall,
+)
 
 
 def chat_request(model: str, settings: ConversationSettings, history: list[StoredMessage]) -> ChatRequest:
@@ -14,11 +24,7 @@ def chat_request(model: str, settings: ConversationSettings, history: list[Store
     its thinking given back, for the model's template to keep or drop), with the conversation's think switch and
     thinking budget."""
     messages = [ChatMessage("system", settings.system_prompt)] if settings.system_prompt else []
-    messages += [
-        ChatMessage(m.role, m.content, reasoning=m.reasoning or None)
-        for m in history
-        if m.state != "error" and m.content
-    ]
+    messages += history_messages(history)
     sampling = SamplingParams(temperature=settings.temperature, top_p=settings.top_p)
     return ChatRequest(
         model,
@@ -26,6 +32,26 @@ def chat_request(model: str, settings: ConversationSettings, history: list[Store
         GenerationOptions(sampling=sampling, max_tokens=settings.max_tokens),
         thinking=Thinking(enabled=settings.think, budget=settings.thinking_budget),
     )
+
+
+def history_messages(history: list[StoredMessage]) -> list[ChatMessage]:
+    """The turns of ``history`` the model sees again: every message that was not an error, a reply with its
+    thinking, and a reply's tool calls (kept in the tool turns after it) with their results."""
+    out: list[ChatMessage] = []
+    for m in history:
+        if m.state == "error":
+            continue
+        if m.role != "tool":
+            out.append(ChatMessage(m.role, m.content, reasoning=m.reasoning or None))
+            continue
+        record = json.loads(m.tool or "{}")
+        call = ToolCall(record.get("call_id", ""), record.get("name", ""), record.get("arguments", {}))
+        last = next((i for i in range(len(out) - 1, -1, -1) if out[i].role == "assistant"), None)
+        if last is None:
+            continue  # a tool turn without the reply that made it is not given back
+        out[last] = dataclasses.replace(out[last], tool_calls=(*out[last].tool_calls, call))
+        out.append(ChatMessage("tool", m.content, tool_call_id=call.id, name=call.name))
+    return [m for m in out if m.content or m.tool_calls or m.role == "tool"]
 
 
 @dataclass

@@ -11,12 +11,12 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, ListView
 
 from localinfer.app.tui.conversations import Conversation, MessageState, StoredMessage
 from localinfer.app.tui.host import TuiHost
 from localinfer.app.tui.replies import ReplyTiming, chat_request
+from localinfer.app.tui.screens.chat_tools import ToolChatScreen, shown_messages, tool_view
 from localinfer.app.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextInputScreen
 from localinfer.app.tui.widgets.conversation_list import ConversationItem, ConversationList
 from localinfer.app.tui.widgets.message import MessageView
@@ -28,7 +28,7 @@ from localinfer.types import ChatRequest
 SAVE_EVERY_S = 0.5  # how often a streaming reply is written to the store, so a crash keeps most of it
 
 
-class ChatScreen(Screen[None]):
+class ChatScreen(ToolChatScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop", priority=True),
         Binding("ctrl+n", "new_conversation", "New chat", priority=True),
@@ -53,7 +53,7 @@ class ChatScreen(Screen[None]):
         """The thinking's key is offered only where a reply has thinking."""
         if action == "toggle_thinking":
             return any(v.thinking_block is not None for v in self.query(MessageView))
-        return True
+        return super().check_action(action, parameters)
 
     @property
     def li_app(self) -> TuiHost:
@@ -79,6 +79,7 @@ class ChatScreen(Screen[None]):
             conversation = conversations[0] if conversations else store.create(model=self.li_app.default_model)
         await self.open_conversation(conversation)
         self.query_one(PromptInput).focus()
+        self.run_worker(self.connect_servers(), name="mcp servers", group="mcp", exit_on_error=False)
 
     @property
     def model(self) -> str | None:
@@ -89,11 +90,11 @@ class ChatScreen(Screen[None]):
         await self.refresh_list()
         log = self.query_one("#messages", VerticalScroll)
         await log.remove_children()
-        messages = self.li_app.store.messages(conversation.id)
-        views = [self._view(m) for m in messages]
+        messages = shown_messages(self.li_app.store.messages(conversation.id))
+        views = [tool_view(m) if m.role == "tool" else self._view(m) for m in messages]
         await log.mount_all(views)
         for view, message in zip(views, messages, strict=True):
-            if message.role == "assistant":
+            if message.role == "assistant" and isinstance(view, MessageView):
                 view.show_stats(
                     state=message.state,
                     ttft_ms=message.ttft_ms,
@@ -165,7 +166,7 @@ class ChatScreen(Screen[None]):
 
     @on(PromptInput.PromptSubmitted)
     async def prompt_submitted(self, event: PromptInput.PromptSubmitted) -> None:
-        if self.conversation is None:
+        if self.conversation is None or await self.tool_command(event.text):
             return
         if self.generating:
             self.notify("a reply is still coming: Esc stops it", severity="warning")
@@ -192,7 +193,8 @@ class ChatScreen(Screen[None]):
         log.anchor()
         await self.refresh_list()
         assert conversation.model is not None
-        self.generate(chat_request(conversation.model, conversation.settings, history), reply, view)
+        request = chat_request(conversation.model, conversation.settings, history)
+        (self.generate_with_tools if self.uses_tools() else self.generate)(request, reply, view)
 
     @work(exclusive=True, group="generation")
     async def generate(self, request: ChatRequest, reply: StoredMessage, view: MessageView) -> None:
@@ -335,7 +337,10 @@ class ChatScreen(Screen[None]):
     async def action_settings(self) -> None:
         if self.conversation is None:
             return
-        settings = await self.app.push_screen_wait(SettingsScreen(self.conversation.settings))
+        box = self.toolbox
+        tools = box.all_tools() if box is not None else None
+        dialog = SettingsScreen(self.conversation.settings, tools, box.steps if box is not None else 8)
+        settings = await self.app.push_screen_wait(dialog)
         if settings is None:
             return
         old = self.conversation.settings
