@@ -22,6 +22,7 @@ from localinfer.app.tools.loop import (
     ToolPolicy,
     ToolRecord,
     cap,
+    model_tools,
 )
 from localinfer.app.tools.sessions import ToolInfo
 from localinfer.types import ChatMessage, ChatRequest, ToolCall
@@ -95,7 +96,7 @@ async def test_a_denied_call_does_not_run_and_the_model_is_told_why(hub: McpHub)
 
 
 async def test_a_tool_allowed_always_is_asked_once(hub: McpHub) -> None:
-    calls = [[call("echo", "c1", text="a")], [call("echo", "c2", text="b")], "done"]
+    calls: list[str | list[ToolCall]] = [[call("echo", "c1", text="a")], [call("echo", "c2", text="b")], "done"]
     run = Run(hub, calls, answers=[Decision(True, always=True)])
     await run.run()
     assert run.asked == ["s/echo"]
@@ -193,3 +194,9 @@ async def test_a_forced_tool_choice_holds_for_the_first_request_only(hub: McpHub
 def test_cap_leaves_short_text_alone() -> None:
     assert cap("abc", 3) == ("abc", 0)
     assert cap("abcd", 3) == ("abc\n[output cut: 1 more characters]", 1)
+
+
+def test_an_open_arguments_schema_is_closed_for_the_model(hub: McpHub) -> None:
+    tools = {t.name: t for t in model_tools(hub.tools())}
+    assert tools["add"].parameters["additionalProperties"] is False
+    assert set(tools["add"].parameters["properties"]) == {"a", "b"}

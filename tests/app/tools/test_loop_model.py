@@ -57,10 +57,11 @@ async def test_a_forced_call_runs_on_the_server_and_the_model_answers_after_it(
         events.append(event)
 
     loop = ToolLoop(client, hub, ToolPolicy({"calc/add"}), None, record, steps=1)
-    options = GenerationOptions(sampling=SamplingParams(temperature=0.0), max_tokens=24)
+    options = GenerationOptions(sampling=SamplingParams(temperature=0.0), max_tokens=64)
     request = ChatRequest(model.name, (ChatMessage("user", "What is 2 plus 3? Use the add tool."),), options)
     added = await loop.run(ChatRequest(request.model, request.messages, options, tool_choice="add"))
 
+    assert len(added) == 3, added
     first, result, answer = added
     assert len(first.tool_calls) == 1 and first.tool_calls[0].name == "add"
     arguments = first.tool_calls[0].arguments

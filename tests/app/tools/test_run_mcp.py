@@ -51,8 +51,8 @@ def localinfer(tmp_path: Path, config: Path, *args: str) -> subprocess.Completed
 
 def run_args(model: Manifest, tool: str, *extra: str) -> tuple[str, ...]:
     return (
-        "run", str(model.path), "--mcp", "calc", "--tool-choice", tool, "--max-tokens", "16",
-        "--temperature", "0", "--url", NO_SERVER, *extra, "Use the tool.",
+        "run", str(model.path), "Use the tool.", "--mcp", "calc", "--tool-choice", tool, "--max-tokens", "48",
+        "--temperature", "0", "--url", NO_SERVER, *extra,
     )  # fmt: skip
 
 
@@ -72,6 +72,6 @@ def test_run_without_a_terminal_denies_a_tool_that_is_not_marked_safe(smollm2: M
 
 
 def test_run_with_a_server_not_declared_is_one_line(smollm2: Manifest, tmp_path: Path) -> None:
-    result = localinfer(tmp_path, tmp_path / "none.toml", "run", str(smollm2.path), "--mcp", "nope", "hi")
+    result = localinfer(tmp_path, tmp_path / "none.toml", "run", str(smollm2.path), "hi", "--mcp", "nope")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith("localinfer: no MCP server 'nope' is declared")

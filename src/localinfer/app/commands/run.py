@@ -108,6 +108,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             options, sampling=dataclasses.replace(options.sampling, temperature=args.temperature)
         )
     request = ChatRequest(args.model, (ChatMessage("user", prompt),), options, tool_choice=args.tool_choice or "auto")
+    if args.mcp:
+        from localinfer.app.commands.run_tools import check_servers
+
+        check_servers(settings, args.mcp)
     import asyncio
 
     asyncio.run(_run(args, settings, request))

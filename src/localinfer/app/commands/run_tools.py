@@ -67,6 +67,16 @@ def terminal_approver(tty: tuple[IO[str], IO[str]]) -> Callable[[ToolInfo, ToolC
     return approve
 
 
+def check_servers(settings: Settings, servers: list[str]) -> None:
+    """Raise ConfigError for a server ``--mcp`` names that is not declared (before any model is loaded)."""
+    from localinfer.app.tools.hub import McpHub
+    from localinfer.app.tools.servers import configured_servers
+
+    hub = McpHub(configured_servers(settings))
+    for name in servers:
+        hub.spec(name)
+
+
 async def answer_with_tools(
     client: InferenceClient, request: ChatRequest, settings: Settings, servers: list[str], *, yes: bool
 ) -> None:

@@ -36,11 +36,16 @@ class McpHub:
         self.on_gone = on_gone
         self.sessions: dict[str, McpSession] = {}
 
-    def _session(self, name: str) -> McpSession:
+    def spec(self, name: str) -> ServerSpec:
+        """The declaration of ``name``. Raises ConfigError naming the servers declared."""
         spec = self.specs.get(name)
         if spec is None:
             known = ", ".join(self.specs) or "none"
             raise ConfigError(f"no MCP server '{name}' is declared (declared: {known})", hint="localinfer mcp ls")
+        return spec
+
+    def _session(self, name: str) -> McpSession:
+        spec = self.spec(name)
         return McpSession(spec, errlog=self.log_dir / f"{name}.log" if self.log_dir else None, on_gone=self._gone)
 
     def _gone(self, server: str, why: str) -> None:

@@ -121,7 +121,16 @@ def cap(text: str, limit: int) -> tuple[str, int]:
 
 
 def model_tools(tools: Iterable[ToolInfo]) -> tuple[Tool, ...]:
-    return tuple(Tool(t.exposed or t.name, t.description, t.schema) for t in tools)
+    """The tools as the model gets them. An arguments schema that leaves ``additionalProperties`` open is closed:
+    a server takes the arguments it declares, and a forced call constrained by an open schema lets a small model
+    add arguments until its tokens run out."""
+    return tuple(Tool(t.exposed or t.name, t.description, _closed(t.schema)) for t in tools)
+
+
+def _closed(schema: dict[str, Any]) -> dict[str, Any]:
+    if schema.get("type") == "object" and "properties" in schema and "additionalProperties" not in schema:
+        return {**schema, "additionalProperties": False}
+    return schema
 
 
 @dataclass
@@ -172,7 +181,9 @@ class ToolLoop:
         return added
 
     async def _turn(self, request: ChatRequest) -> ChatMessage:
-        text, reasoning, calls = [], [], ()
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: tuple[ToolCall, ...] = ()
         async with contextlib.aclosing(self.client.chat(request)) as stream:
             async for chunk in stream:
                 text.append(chunk.text)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 from localinfer.app.tools.servers import ServerSpec
 from localinfer.errors import LocalInferError
@@ -122,7 +122,7 @@ class McpSession:
             raise McpServerFailed(self.name, self._error or "did not start")
 
     async def _run(self) -> None:
-        errlog: IO[str] | None = None
+        errlog: TextIO | None = None
         try:
             async with AsyncExitStack() as stack:
                 errlog = stack.enter_context(_open_errlog(self.errlog))
@@ -294,7 +294,7 @@ def _open_errlog(path: Path | None) -> Any:
         yield sink
 
 
-def _transport(spec: ServerSpec, errlog: IO[str]) -> Any:
+def _transport(spec: ServerSpec, errlog: TextIO) -> Any:
     """The SDK's transport context for ``spec``: a stdio child, or Streamable HTTP with the spec's headers."""
     if spec.transport == "stdio":
         from mcp import StdioServerParameters, stdio_client

@@ -152,7 +152,9 @@ def _load_settings(text: str) -> ConversationSettings:
     if not isinstance(data, dict):
         return ConversationSettings()
     known = {field.name for field in fields(ConversationSettings)}
-    values = {key: tuple(value) if isinstance(value, list) else value for key, value in data.items() if key in known}
+    values: dict[str, Any] = {
+        key: tuple(value) if isinstance(value, list) else value for key, value in data.items() if key in known
+    }
     return ConversationSettings(**values)
 
 
