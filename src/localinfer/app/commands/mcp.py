@@ -19,7 +19,10 @@ def add_parser(subparsers: Any) -> None:
         "mcp",
         help="list, import and try the MCP servers the app may use",
         description="The MCP servers (Model Context Protocol) whose tools the app's chat and 'run --mcp' offer the "
-        "model, declared in the settings' mcpServers or in mcp.json beside the config file.",
+        "model, declared in the settings' mcpServers or in mcp.json beside the config file. VERB is 'ls' (the servers "
+        "declared, secrets left out), 'import [FILE ...] [--replace]' (copy the mcpServers of Claude Desktop, LM "
+        "Studio and Cursor where found, or of the FILEs, into mcp.json) or 'tools NAME' (start the server NAME and "
+        "list its tools, prompts and resources).",
     )
     verbs = p.add_subparsers(dest="mcp_command", metavar="VERB", required=True)
     ls = verbs.add_parser("ls", help="list the servers declared", description="List the MCP servers declared.")
