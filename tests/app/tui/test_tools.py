@@ -147,3 +147,30 @@ async def test_mcp_disconnect_and_connect_again(tmp_path: Path) -> None:
         await wait_for(lambda: not hub.tools(), what="the disconnection")
         await send(pilot, "/mcp connect calc")
         await wait_for(lambda: bool(hub.tools()), what="the connection")
+
+
+async def test_f2_turns_a_tool_off_sets_the_step_limit_and_the_next_reply_follows(tmp_path: Path) -> None:
+    from textual.widgets import Input, SelectionList
+
+    from localinfer.app.tui.screens.dialogs import SettingsScreen
+
+    app = tool_app(tmp_path, ["plain"])
+    async with app.run_test(size=(100, 40)) as pilot:
+        chat = await connected(pilot)
+        await pilot.press("f2")
+        await wait_for(lambda: isinstance(app.screen, SettingsScreen), what="the settings")
+        dialog = app.screen
+        dialog.query_one("#tools-on", SelectionList).deselect("calc/echo")
+        dialog.query_one("#auto-approve", SelectionList).select("calc/add")
+        dialog.query_one("#tool-steps", Input).value = "3"
+        await pilot.press("ctrl+s")
+        await wait_for(lambda: app.screen is chat, what="the settings to close")
+        assert chat.conversation is not None
+        settings = chat.conversation.settings
+        assert (settings.tools_off, settings.auto_approve, settings.tool_steps) == (("calc/echo",), ("calc/add",), 3)
+        await send(pilot, "hi")
+        await wait_for(lambda: not chat.generating and len(chat.query(MessageView)) == 2, what="the reply")
+        client = app.client
+        assert isinstance(client, ScriptedClient)
+        offered = {t.name for t in client.requests[0].tools}
+        assert "add" in offered and "echo" not in offered
