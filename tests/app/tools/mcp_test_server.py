@@ -2,6 +2,7 @@
 
 ``python mcp_test_server.py stdio NAME`` serves over standard input and output; ``python mcp_test_server.py http
 NAME PORT`` serves Streamable HTTP on 127.0.0.1:PORT at ``/mcp``. Its tools: ``add`` (read-only), ``echo``,
+``touch`` (no arguments),
 ``fail`` (raises), ``hang`` (never returns), ``big`` (an output of SIZE characters), ``die`` (the process exits
 mid-call), ``env_length`` (how long an environment variable's value is, never the value); a prompt ``review``
 and a resource ``note://hello``.
@@ -30,6 +31,11 @@ def build(name: str) -> MCPServer:
     def echo(text: str) -> str:
         """Say the text back."""
         return f"{name} echoes {text}"
+
+    @server.tool()
+    def touch() -> str:
+        """Mark the note as touched (it takes no arguments, and changes something: not read-only)."""
+        return f"{name}: touched"
 
     @server.tool()
     def fail(why: str) -> str:

@@ -12,7 +12,7 @@ from localinfer.app.tools.sessions import McpServerFailed, ToolFailed
 from localinfer.errors import ConfigError
 from tests.app.tools.conftest import HttpServer, stdio_spec
 
-TOOLS = {"add", "echo", "fail", "hang", "big", "die", "env_length"}
+TOOLS = {"add", "echo", "touch", "fail", "hang", "big", "die", "env_length"}
 
 
 async def test_a_stdio_server_lists_its_tools_prompts_and_resources() -> None:
