@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -291,6 +291,34 @@ class Settings(BaseSettings):
         True, description="Also list and serve models of other tools (Hugging Face cache, Ollama, LM Studio)."
     )
     log_level: str = Field("info", description="Log level: debug, info, warning, error.")
+    mcp_servers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="MCP servers the app's chat and 'run --mcp' may use, in the mcpServers shape of Claude Desktop, "
+        "LM Studio and Cursor (a table per server: command, args, env; or url, headers); the TOML file also takes "
+        "[mcpServers.NAME] tables, and 'localinfer mcp import' adds servers to mcp.json beside it.",
+    )
+    tool_steps: int = Field(
+        8, ge=1, le=100, description="Most tool calls the model may make in a row before it must answer."
+    )
+    tool_output_max: int = Field(
+        16_000,
+        ge=256,
+        description="Most characters of a tool's output given to the model; the rest is cut (and shown as cut).",
+    )
+    tool_timeout: float = Field(
+        120.0, gt=0, description="Seconds a tool call may run before it is stopped (its result then says so)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mcp_servers_table(cls, data: Any) -> Any:
+        """The TOML file's ``mcpServers`` table (the name other apps use) is ``mcp_servers``."""
+        if isinstance(data, dict) and "mcpServers" in data:
+            data = dict(data)
+            table = data.pop("mcpServers")
+            if isinstance(table, dict):
+                data["mcp_servers"] = {**table, **(data.get("mcp_servers") or {})}
+        return data
 
     @field_validator("cache_type_k", "cache_type_v", mode="before")
     @classmethod

@@ -20,6 +20,7 @@ from localinfer.app.commands import (
     hw,
     imatrix,
     ls,
+    mcp,
     perplexity,
     ps,
     pull,
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-COMMANDS = (serve, run, pull, create, cp, ls, show, rm, ps, stop, hw, rpc, convert, quantize, imatrix, perplexity)
+COMMANDS = (serve, run, pull, create, cp, ls, show, rm, ps, stop, hw, rpc, convert, quantize, imatrix, perplexity, mcp)
 
 
 def build_parser() -> argparse.ArgumentParser:

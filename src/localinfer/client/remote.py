@@ -34,6 +34,7 @@ import httpx
 
 from localinfer.backends.base import DeviceUse
 from localinfer.client.base import ClientStatus, LoadedModelStatus
+from localinfer.client.remote_tools import ToolCallDeltas, message_tool_fields, tool_fields
 from localinfer.errors import (
     GenerationFailed,
     InvalidRequest,
@@ -93,6 +94,7 @@ class HttpClient:
         timings: Timings | None = None
         thought = 0  # the pieces of thinking streamed: one a token
         done = False
+        calls = ToolCallDeltas()
         try:
             async with self._http.stream(
                 "POST", "/v1/chat/completions", json=chat_body(request), timeout=_STREAM_TIMEOUT
@@ -116,6 +118,7 @@ class HttpClient:
                         if reasoning or text:
                             thought += 1 if reasoning else 0
                             yield TokenChunk(text, reasoning=reasoning)
+                        calls.feed(delta.get("tool_calls"))
                         if choice.get("finish_reason"):
                             finish = "length" if choice["finish_reason"] == "length" else "stop"
         except httpx.TransportError as exc:
@@ -126,7 +129,9 @@ class HttpClient:
             )
         if usage is not None and thought and not usage.reasoning_tokens:
             usage = dataclasses.replace(usage, reasoning_tokens=min(thought, usage.completion_tokens))
-        yield TokenChunk("", finish_reason=finish or "stop", usage=usage, timings=timings)
+        found = calls.calls()
+        finish = "tool_calls" if found else finish
+        yield TokenChunk("", finish_reason=finish or "stop", usage=usage, timings=timings, tool_calls=found)
 
     async def models(self) -> list[ModelInfo]:
         tags = await self._get("/api/tags")
@@ -350,6 +355,7 @@ def chat_body(request: ChatRequest) -> dict[str, Any]:
     elif fmt.type == "json_object":
         body["response_format"] = {"type": "json_object"}
     body.update(_thinking_fields(request))
+    body.update(tool_fields(request))
     return body
 
 
@@ -357,6 +363,7 @@ def _message(message: ChatMessage) -> dict[str, Any]:
     body: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.reasoning:  # an earlier turn's thinking, given back as llama-server and DeepSeek take it
         body["reasoning_content"] = message.reasoning
+    body.update(message_tool_fields(message))
     return body
 
 

@@ -20,6 +20,7 @@ from localinfer.types import ChatMessage, ChatRequest, GenerationOptions
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Awaitable, Callable
 
     from localinfer.client.base import InferenceClient
     from localinfer.client.remote import HttpClient
@@ -41,6 +42,16 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("prompt", nargs="*", metavar="PROMPT", help="the prompt (words are joined with spaces)")
     p.add_argument("--max-tokens", type=int, default=None, help="most tokens in the answer (default: no limit)")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.8)")
+    p.add_argument(
+        "--mcp",
+        action="append",
+        metavar="NAME",
+        help="offer the tools of this MCP server (localinfer mcp ls); each call is approved on the terminal",
+    )
+    p.add_argument("--yes", action="store_true", help="--mcp: run the tools marked safe without asking")
+    p.add_argument(
+        "--tool-choice", metavar="CHOICE", help="--mcp: auto (default), required, or the one tool to call first"
+    )
     add_server_arguments(p)
     p.set_defaults(run=run)
 
@@ -97,7 +108,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         options = dataclasses.replace(
             options, sampling=dataclasses.replace(options.sampling, temperature=args.temperature)
         )
-    request = ChatRequest(args.model, (ChatMessage("user", prompt),), options)
+    request = ChatRequest(args.model, (ChatMessage("user", prompt),), options, tool_choice=args.tool_choice or "auto")
+    if args.mcp:
+        from localinfer.app.commands.run_tools import check_servers
+
+        check_servers(settings, args.mcp)
     import asyncio
 
     asyncio.run(_run(args, settings, request))
@@ -105,10 +120,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run(args: argparse.Namespace, settings: Settings, request: ChatRequest) -> None:
+    def answer(client: InferenceClient, request: ChatRequest) -> Awaitable[None]:
+        if not args.mcp:
+            return _answer(client, request)
+        from localinfer.app.commands.run_tools import answer_with_tools
+
+        return answer_with_tools(client, request, settings, args.mcp, yes=args.yes)
+
     remote = server_client(args, settings)
     try:
         if _server_is_up(remote.where):
-            await _answer_remote(remote, request)
+            await _answer_remote(remote, request, answer)
             return
     finally:
         await remote.close()
@@ -119,12 +141,14 @@ async def _run(args: argparse.Namespace, settings: Settings, request: ChatReques
     given |= {"num_predict"} if args.max_tokens is not None else set()
     options = with_parameters(request.options, manifest.defaults, given)  # a Modelfile's, under the flags
     try:
-        await _answer(client, dataclasses.replace(request, model=manifest.name, options=options))
+        await answer(client, dataclasses.replace(request, model=manifest.name, options=options))
     finally:
         await client.close()
 
 
-async def _answer_remote(remote: HttpClient, request: ChatRequest) -> None:
+async def _answer_remote(
+    remote: HttpClient, request: ChatRequest, answer: Callable[[InferenceClient, ChatRequest], Awaitable[None]]
+) -> None:
     """The running server's answer. A model it does not have, by a name that can be pulled, is pulled there first
     (its progress shown here), as ``ollama run`` has its server pull, then asked for by the name it was registered
     under."""
@@ -140,4 +164,4 @@ async def _answer_remote(remote: HttpClient, request: ChatRequest) -> None:
             finally:
                 progress.close()
         request = dataclasses.replace(request, model=name)
-    await _answer(remote, request)
+    await answer(remote, request)

@@ -18,7 +18,10 @@ if TYPE_CHECKING:
 
     from fastapi import FastAPI
 
+    from localinfer.app.tui.app import LocalInferApp
+    from localinfer.app.tui.tools.toolbox import Toolbox
     from localinfer.client.base import InferenceClient
+    from localinfer.client.remote import HttpClient
     from localinfer.config import Settings
     from localinfer.models.library import ModelLibrary
     from localinfer.models.store import Manifest
@@ -49,6 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    build_app(args, settings).run()
+    return 0
+
+
+def build_app(args: argparse.Namespace, settings: Settings) -> LocalInferApp:
+    """The app the flags ask for, its model at hand: ``--model`` (a name, a path, a reference to pull) is had
+    first, as ``run`` and ``serve`` have it, and the app opens its chat on it, in every mode. Raises the
+    LocalInferError that says why it cannot be (printed in one line before the app opens)."""
     # The app's parts load here, not when the command line starts (localinfer --version stays instant).
     from localinfer.app.server.compose import server_app
     from localinfer.app.server.guard import is_loopback_name
@@ -69,12 +80,19 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         max_loaded=getattr(args, "max_loaded", None),
         keep_alive=getattr(args, "keep_alive", None),
     )
-    store = ConversationStore(settings.home / "conversations.sqlite3")
     client: InferenceClient
     open_model: str | None = args.model
     serve_api: Callable[[], Awaitable[None]] | None = None
     if args.host:
         client = HttpClient(args.host, api_key=args.api_key)
+        if args.model and (args.model.endswith(".gguf") or Path(args.model).expanduser().exists()):
+            raise ConfigError(
+                f"{args.model} is a file here: the server at {args.host} cannot open it",
+                hint="drop --host to chat with it in this process, or 'localinfer pull' it where the server runs",
+            )
+        if args.model:  # on a client of its own: the app's runs on the app's event loop
+            open_model = asyncio.run(fetch_remote(HttpClient(args.host, api_key=args.api_key), args.model))
+            settings = settings.with_overrides(model=open_model)
     else:
         library = ModelLibrary.from_settings(settings)
         named = fetch_named(library, settings, args.model) if args.model else None
@@ -82,9 +100,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             fetch_starter(library, settings)
         if named is not None:
             settings, open_model = settings.with_overrides(model=named.name), named.name
-        served = named if args.serve else None
-        # --serve shares the engine with HTTP clients: names only, as 'localinfer serve'
-        stack = local_stack(settings, library=library, names_only=args.serve, served=served)
+        # The model named on the command line is served under its own name, even a path's (as 'serve' and 'run'
+        # do); --serve shares the engine with HTTP clients: names only, as 'localinfer serve'
+        stack = local_stack(settings, library=library, names_only=args.serve or named is not None, served=named)
         local = stack.client
         client = local
         if args.serve:
@@ -97,11 +115,56 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 end_requests=local.shutdown,
                 on_stopped=lambda: app.exit(),  # SIGTERM stopped the API (gracefully): the app goes with it
             )
+    store = ConversationStore(settings.home / "conversations.sqlite3")
     app = LocalInferApp(
-        client, store, default_model=settings.model, open_model=open_model, export_dir=Path.cwd(), background=serve_api
+        client,
+        store,
+        default_model=settings.model,
+        open_model=open_model,
+        export_dir=Path.cwd(),
+        background=serve_api,
+        toolbox=toolbox_for(settings),
     )
-    app.run()
-    return 0
+    return app
+
+
+def toolbox_for(settings: Settings) -> Toolbox | None:
+    """The MCP servers the chat may use (None when none is declared). Raises ConfigError for a declaration that
+    is wrong (one line before the app opens)."""
+    from localinfer.app.tools.hub import McpHub
+    from localinfer.app.tools.servers import configured_servers
+    from localinfer.app.tui.tools.toolbox import Toolbox
+
+    servers = configured_servers(settings)
+    if not servers:
+        return None
+    hub = McpHub(servers, log_dir=settings.home / "mcp-logs")
+    return Toolbox(hub, settings.tool_steps, settings.tool_output_max, settings.tool_timeout)
+
+
+async def fetch_remote(remote: HttpClient, model: str) -> str:
+    """The name the server at ``--host`` knows ``model`` by, pulled there first (its progress shown here) when it
+    does not have it and it can be pulled, as ``run`` has a server pull. Closes ``remote``."""
+    try:
+        return await _fetch_remote(remote, model)
+    finally:
+        await remote.close()
+
+
+async def _fetch_remote(remote: HttpClient, model: str) -> str:
+    from localinfer.models.pull import can_pull, pulled_name
+
+    if not can_pull(model):
+        return model
+    name = pulled_name(model)
+    if not await remote.has_model(name):
+        progress = ProgressLine(sys.stderr)
+        try:
+            async for event in remote.pull(model):
+                progress(event)
+        finally:
+            progress.close()
+    return name
 
 
 def fetch_named(library: ModelLibrary, settings: Settings, model: str) -> Manifest:

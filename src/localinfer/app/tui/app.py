@@ -16,6 +16,7 @@ from textual.screen import Screen
 from localinfer.app.tui.conversations import ConversationStore
 from localinfer.app.tui.screens.chat import ChatScreen
 from localinfer.app.tui.screens.models import ModelsScreen
+from localinfer.app.tui.tools.toolbox import Toolbox
 from localinfer.app.tui.widgets.status import StatusBar
 from localinfer.client.base import ClientStatus, InferenceClient
 from localinfer.errors import LocalInferError
@@ -42,11 +43,13 @@ class LocalInferApp(App[None]):
         background: Callable[[], Awaitable[None]] | None = None,
         open_model: str | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        toolbox: Toolbox | None = None,
     ) -> None:
         """``default_model`` is the one new conversations use; ``open_model``, when given, opens a new
         conversation with that model instead of the latest one. ``background`` runs for as long as the app does
         (the API server of ``--serve``). ``clock`` (seconds, monotonic) times the replies: their first token and
-        how long a reasoning model thought."""
+        how long a reasoning model thought. ``toolbox``: the MCP servers the chat may use (connected when the
+        chat opens, disconnected when the app closes)."""
         super().__init__()
         self.client = client
         self.store = store
@@ -57,6 +60,7 @@ class LocalInferApp(App[None]):
         self.background = background
         self.open_model = open_model
         self.clock = clock
+        self.toolbox = toolbox
 
     async def on_mount(self) -> None:
         self.theme = "textual-dark"
@@ -142,5 +146,7 @@ class LocalInferApp(App[None]):
         yield from super().get_system_commands(screen)
 
     async def on_unmount(self) -> None:
+        if self.toolbox is not None:
+            await self.toolbox.hub.close()
         await self.client.close()
         self.store.close()

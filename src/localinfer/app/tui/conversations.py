@@ -23,7 +23,7 @@ from localinfer.errors import LocalInferError
 
 MessageState = Literal["complete", "streaming", "stopped", "interrupted", "error"]
 MESSAGE_STATES: tuple[MessageState, ...] = ("complete", "streaming", "stopped", "interrupted", "error")
-ROLES = ("user", "assistant")
+ROLES = ("user", "assistant", "tool")  # a tool turn: one call a reply made, and its result
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 40
 SCHEMA_VERSION = 3
@@ -47,7 +47,7 @@ CREATE TABLE messages (
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role TEXT NOT NULL, content TEXT NOT NULL, state TEXT NOT NULL, model TEXT, created REAL NOT NULL,
     ttft_ms REAL, tokens_per_second REAL, error TEXT,
-    reasoning TEXT NOT NULL DEFAULT '', thinking_ms REAL, thinking_tokens INTEGER);
+    reasoning TEXT NOT NULL DEFAULT '', thinking_ms REAL, thinking_tokens INTEGER, tool TEXT);
 CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
 CREATE INDEX conversations_by_updated ON conversations(updated);
 """
@@ -61,7 +61,7 @@ _MIGRATIONS = {
         "ALTER TABLE messages ADD COLUMN thinking_ms REAL",
         "ALTER TABLE messages ADD COLUMN thinking_tokens INTEGER",
     ),
-    2: tuple(_ATTACHMENTS.split(";")),
+    2: ("ALTER TABLE messages ADD COLUMN tool TEXT", *_ATTACHMENTS.split(";")),
 }
 
 
@@ -101,6 +101,9 @@ class ConversationSettings:
     context_length: int | None = None
     think: bool | None = None  # a reasoning model thinks before it answers
     thinking_budget: int | None = None  # thinking tokens before the model is made to answer
+    tools_off: tuple[str, ...] = ()  # MCP servers ("name") and tools ("server/tool") this chat does not offer
+    tool_steps: int | None = None  # most rounds of tool calls in a reply (None: the tool_steps setting)
+    auto_approve: tuple[str, ...] = ()  # tools ("server/tool") this chat runs without asking
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ class StoredMessage:
     reasoning: str = ""
     thinking_ms: float | None = None
     thinking_tokens: int | None = None
+    tool: str | None = None  # a tool turn's call and how it ended (the tool loop's ToolRecord as JSON)
 
 
 _CONVERSATION_COLUMNS = "id, title, model, settings, created, updated"
@@ -160,7 +164,10 @@ def _load_settings(text: str) -> ConversationSettings:
     if not isinstance(data, dict):
         return ConversationSettings()
     known = {field.name for field in fields(ConversationSettings)}
-    return ConversationSettings(**{key: value for key, value in data.items() if key in known})
+    values: dict[str, Any] = {
+        key: tuple(value) if isinstance(value, list) else value for key, value in data.items() if key in known
+    }
+    return ConversationSettings(**values)
 
 
 def _conversation(row: tuple[Any, ...]) -> Conversation:
@@ -328,9 +335,11 @@ class ConversationStore:
         state: MessageState = "complete",
         model: str | None = None,
         attachments: tuple[Attachment, ...] = (),
+        tool: str | None = None,
     ) -> StoredMessage:
         """Append a message (with the images ``attachments`` in order) and bump ``updated``. The first user message
-        names a chat still called "New chat"."""
+        names a chat still called "New chat". A ``tool`` turn carries its call (``tool``) beside its result
+        (``content``)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, not {role!r}")
         _check_state(state)
@@ -341,9 +350,11 @@ class ConversationStore:
                 if self._db.execute(sql, (conversation_id,)).fetchone() is None:
                     title = _title_from(content) or title
             sql = (
-                "INSERT INTO messages (conversation_id, role, content, state, model, created) VALUES (?, ?, ?, ?, ?, ?)"
+                "INSERT INTO messages (conversation_id, role, content, state, model, created, tool)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)"
             )
-            message_id = self._db.execute(sql, (conversation_id, role, content, state, model, now)).lastrowid
+            values = (conversation_id, role, content, state, model, now, tool)
+            message_id = self._db.execute(sql, values).lastrowid
             sql = "INSERT INTO attachments (message_id, name, mime, data) VALUES (?, ?, ?, ?)"
             self._db.executemany(sql, [(message_id, a.name, a.mime, a.data) for a in attachments])
             sql = "UPDATE conversations SET title = ?, updated = ? WHERE id = ?"
@@ -402,6 +413,9 @@ class ConversationStore:
             facts.append("- System prompt: " + system_prompt.replace("\n", "\n  "))
         blocks = [f"# {conversation.title}", "\n".join(facts)]
         for message in messages:
+            if message.role == "tool":
+                blocks.append(_tool_markdown(message))
+                continue
             if message.role == "user":
                 blocks.append("## User")
             else:
@@ -417,3 +431,14 @@ class ConversationStore:
             elif message.state == "error":
                 blocks.append(f"_Error: {(message.error or 'unknown').strip()}_")
         return "\n\n".join(blocks) + "\n"
+
+
+def _tool_markdown(message: StoredMessage) -> str:
+    """A tool turn in the export: what was called, with what, how it ended, and its output folded."""
+    call = json.loads(message.tool or "{}")
+    name = f"{call.get('server', '')}/{call.get('tool', '')}".strip("/") or "tool"
+    arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
+    return (
+        f"## Tool {name} ({call.get('status', 'ok')})\n\n`{arguments}`\n\n"
+        f"<details><summary>Output</summary>\n\n```\n{message.content}\n```\n\n</details>"
+    )

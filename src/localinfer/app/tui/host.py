@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from localinfer.app.tui.conversations import ConversationStore
+    from localinfer.app.tui.tools.toolbox import Toolbox
     from localinfer.client.base import ClientStatus, InferenceClient
 
 
@@ -27,6 +28,7 @@ class TuiHost(Protocol):
     open_model: str | None
     last_status: ClientStatus | None
     clock: Callable[[], float]
+    toolbox: Toolbox | None
 
     @property
     def chat_screen(self) -> ChatView: ...

@@ -3,12 +3,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from localinfer.app.tui.attachments import Attachment, with_markers
 from localinfer.app.tui.conversations import ConversationSettings, StoredMessage
-from localinfer.types import ChatMessage, ChatRequest, GenerationOptions, SamplingParams, Thinking, TokenChunk
+from localinfer.types import (
+    ChatMessage,
+    ChatRequest,
+    GenerationOptions,
+    SamplingParams,
+    Thinking,
+    TokenChunk,
+    ToolCall,
+)
 
 
 def chat_request(
@@ -21,15 +31,8 @@ def chat_request(
     its thinking given back, for the model's template to keep or drop; a message's images, ``attachments`` by
     message id, as its media parts, a marker each before its text), with the conversation's think switch and
     thinking budget."""
-    attached = attachments or {}
     messages = [ChatMessage("system", settings.system_prompt)] if settings.system_prompt else []
-    for m in history:
-        if m.state == "error" or not m.content:
-            continue
-        images = attached.get(m.id, ())
-        content = with_markers(m.content, images)
-        media = tuple(a.part() for a in images)
-        messages.append(ChatMessage(m.role, content, reasoning=m.reasoning or None, media=media))
+    messages += history_messages(history, attachments)
     sampling = SamplingParams(temperature=settings.temperature, top_p=settings.top_p)
     return ChatRequest(
         model,
@@ -37,6 +40,32 @@ def chat_request(
         GenerationOptions(sampling=sampling, max_tokens=settings.max_tokens),
         thinking=Thinking(enabled=settings.think, budget=settings.thinking_budget),
     )
+
+
+def history_messages(
+    history: list[StoredMessage], attachments: Mapping[int, tuple[Attachment, ...]] | None = None
+) -> list[ChatMessage]:
+    """The turns of ``history`` the model sees again: every message that was not an error, a reply with its
+    thinking, a message's images (``attachments`` by message id) as its media parts, a marker each before its text,
+    and a reply's tool calls (kept in the tool turns after it) with their results."""
+    attached = attachments or {}
+    out: list[ChatMessage] = []
+    for m in history:
+        if m.state == "error":
+            continue
+        if m.role != "tool":
+            images = attached.get(m.id, ())
+            media = tuple(a.part() for a in images)
+            out.append(ChatMessage(m.role, with_markers(m.content, images), reasoning=m.reasoning or None, media=media))
+            continue
+        record = json.loads(m.tool or "{}")
+        call = ToolCall(record.get("call_id", ""), record.get("name", ""), record.get("arguments", {}))
+        last = next((i for i in range(len(out) - 1, -1, -1) if out[i].role == "assistant"), None)
+        if last is None:
+            continue  # a tool turn without the reply that made it is not given back
+        out[last] = dataclasses.replace(out[last], tool_calls=(*out[last].tool_calls, call))
+        out.append(ChatMessage("tool", m.content, tool_call_id=call.id, name=call.name))
+    return [m for m in out if m.content or m.tool_calls or m.role == "tool"]
 
 
 @dataclass

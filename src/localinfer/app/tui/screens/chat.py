@@ -11,13 +11,14 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, ListView, Static
 
-from localinfer.app.tui.attachments import Attachment, AttachmentError, image_command, read_attachment
+from localinfer.app.tui.attachments import Attachment, image_command
 from localinfer.app.tui.conversations import Conversation, MessageState, StoredMessage
 from localinfer.app.tui.host import TuiHost
 from localinfer.app.tui.replies import ReplyTiming, chat_request
+from localinfer.app.tui.screens.chat_images import ImageChatScreen
+from localinfer.app.tui.screens.chat_tools import shown_messages, tool_view
 from localinfer.app.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextInputScreen
 from localinfer.app.tui.widgets.conversation_list import ConversationItem, ConversationList
 from localinfer.app.tui.widgets.message import MessageView
@@ -29,7 +30,7 @@ from localinfer.types import ChatRequest
 SAVE_EVERY_S = 0.5  # how often a streaming reply is written to the store, so a crash keeps most of it
 
 
-class ChatScreen(Screen[None]):
+class ChatScreen(ImageChatScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop", priority=True),
         Binding("ctrl+n", "new_conversation", "New chat", priority=True),
@@ -55,7 +56,7 @@ class ChatScreen(Screen[None]):
         """The thinking's key is offered only where a reply has thinking."""
         if action == "toggle_thinking":
             return any(v.thinking_block is not None for v in self.query(MessageView))
-        return True
+        return super().check_action(action, parameters)
 
     @property
     def li_app(self) -> TuiHost:
@@ -82,6 +83,7 @@ class ChatScreen(Screen[None]):
             conversation = conversations[0] if conversations else store.create(model=self.li_app.default_model)
         await self.open_conversation(conversation)
         self.query_one(PromptInput).focus()
+        self.run_worker(self.connect_servers(), name="mcp servers", group="mcp", exit_on_error=False)
 
     @property
     def model(self) -> str | None:
@@ -92,12 +94,12 @@ class ChatScreen(Screen[None]):
         await self.refresh_list()
         log = self.query_one("#messages", VerticalScroll)
         await log.remove_children()
-        messages = self.li_app.store.messages(conversation.id)
+        messages = shown_messages(self.li_app.store.messages(conversation.id))
         attached = self.li_app.store.attachments(conversation.id)
-        views = [self._view(m, attached.get(m.id, ())) for m in messages]
+        views = [tool_view(m) if m.role == "tool" else self._view(m, attached.get(m.id, ())) for m in messages]
         await log.mount_all(views)
         for view, message in zip(views, messages, strict=True):
-            if message.role == "assistant":
+            if message.role == "assistant" and isinstance(view, MessageView):
                 view.show_stats(
                     state=message.state,
                     ttft_ms=message.ttft_ms,
@@ -170,7 +172,7 @@ class ChatScreen(Screen[None]):
 
     @on(PromptInput.PromptSubmitted)
     async def prompt_submitted(self, event: PromptInput.PromptSubmitted) -> None:
-        if self.conversation is None:
+        if self.conversation is None or await self.tool_command(event.text):
             return
         command = image_command(event.text)
         if command is not None:
@@ -194,53 +196,6 @@ class ChatScreen(Screen[None]):
         await self.query_one("#messages", VerticalScroll).mount(self._view(message, images))
         await self._reply()
 
-    # --- images ----------------------------------------------------------------------------------------
-
-    @on(PromptInput.AttachRequested)
-    async def attach_requested(self, event: PromptInput.AttachRequested) -> None:
-        await self.attach(event.path)
-
-    async def attach(self, path: Path) -> None:
-        """Attach the image at ``path`` to the next message, when it is one and the model sees; else say why in
-        one line."""
-        try:
-            image = read_attachment(path)
-        except AttachmentError as exc:
-            self.notify(f"{exc.message}. {exc.hint}".strip(), title="not attached", severity="warning")
-            return
-        if self.model is not None and not await self._sees(self.model):
-            return
-        self.attached.append(image)
-        self._show_attached()
-
-    async def detach_all(self, *, quiet: bool = False) -> None:
-        """Drop the images attached to the next message (``/image`` alone)."""
-        if not self.attached and not quiet:
-            self.notify("no image is attached: /image PATH attaches one", severity="warning")
-        self.attached.clear()
-        self._show_attached()
-
-    def _show_attached(self) -> None:
-        chips = self.query_one("#attachments", Static)
-        chips.update("  ".join(a.chip for a in self.attached))
-        chips.display = bool(self.attached)
-
-    async def _sees(self, model: str) -> bool:
-        """Whether ``model`` sees images; a model that does not is said in one line. A client that cannot list its
-        models lets the image go: the server answers for it."""
-        try:
-            info = next((m for m in await self.li_app.client.models() if m.name == model), None)
-        except LocalInferError:
-            return True
-        if info is None or "vision" in info.modalities:
-            return True
-        self.notify(
-            f"{model} does not see images: it has no vision projector. Pick a model marked 'image' (Ctrl+O), or "
-            "send the text alone (/image drops the attached)",
-            severity="warning",
-        )
-        return False
-
     async def _reply(self) -> None:
         assert self.conversation is not None
         store = self.li_app.store
@@ -254,7 +209,8 @@ class ChatScreen(Screen[None]):
         log.anchor()
         await self.refresh_list()
         assert conversation.model is not None
-        self.generate(chat_request(conversation.model, conversation.settings, history, attachments), reply, view)
+        request = chat_request(conversation.model, conversation.settings, history, attachments)
+        (self.generate_with_tools if self.uses_tools() else self.generate)(request, reply, view)
 
     @work(exclusive=True, group="generation")
     async def generate(self, request: ChatRequest, reply: StoredMessage, view: MessageView) -> None:
@@ -397,7 +353,10 @@ class ChatScreen(Screen[None]):
     async def action_settings(self) -> None:
         if self.conversation is None:
             return
-        settings = await self.app.push_screen_wait(SettingsScreen(self.conversation.settings))
+        box = self.toolbox
+        tools = box.all_tools() if box is not None else None
+        dialog = SettingsScreen(self.conversation.settings, tools, box.steps if box is not None else 8)
+        settings = await self.app.push_screen_wait(dialog)
         if settings is None:
             return
         old = self.conversation.settings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -11,7 +12,9 @@ from textual.screen import ModalScreen
 from textual.validation import Number
 from textual.widgets import Button, Input, Label, Select, TextArea
 
+from localinfer.app.tools.sessions import ToolInfo
 from localinfer.app.tui.conversations import ConversationSettings
+from localinfer.app.tui.widgets.tool_settings import ToolSettings
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -89,9 +92,14 @@ class SettingsScreen(ModalScreen[ConversationSettings | None]):
         Binding("escape", "cancel", "Cancel"),
     ]
 
-    def __init__(self, settings: ConversationSettings) -> None:
+    def __init__(
+        self, settings: ConversationSettings, tools: list[ToolInfo] | None = None, default_steps: int = 8
+    ) -> None:
+        """``tools``: the connected MCP servers' tools, whose part is shown when there are some."""
         super().__init__(classes="dialog")
         self.settings = settings
+        self.tools = tools or []
+        self.default_steps = default_steps
 
     def compose(self) -> ComposeResult:
         s = self.settings
@@ -124,6 +132,8 @@ class SettingsScreen(ModalScreen[ConversationSettings | None]):
                     placeholder="no limit",
                     validators=[Number(minimum=0)],
                 )
+            if self.tools:
+                yield ToolSettings(s, self.tools, self.default_steps)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save (Ctrl+S)", variant="primary", id="save")
                 yield Button("Cancel (Esc)", id="cancel")
@@ -147,17 +157,17 @@ class SettingsScreen(ModalScreen[ConversationSettings | None]):
         context = _number(inputs["context-length"].value)
         budget = _number(inputs["thinking-budget"].value)
         think = self.query_one("#think", Select).value
-        self.dismiss(
-            ConversationSettings(
-                system_prompt=self.query_one("#system-prompt", TextArea).text.strip(),
-                temperature=self.settings.temperature if temperature is None else temperature,
-                top_p=self.settings.top_p if top_p is None else top_p,
-                max_tokens=int(max_tokens) if max_tokens is not None else None,
-                context_length=int(context) if context is not None else None,
-                think=THINK_CHOICES.get(str(think)),
-                thinking_budget=int(budget) if budget is not None else None,
-            )
+        chosen = replace(
+            self.settings,
+            system_prompt=self.query_one("#system-prompt", TextArea).text.strip(),
+            temperature=self.settings.temperature if temperature is None else temperature,
+            top_p=self.settings.top_p if top_p is None else top_p,
+            max_tokens=int(max_tokens) if max_tokens is not None else None,
+            context_length=int(context) if context is not None else None,
+            think=THINK_CHOICES.get(str(think)),
+            thinking_budget=int(budget) if budget is not None else None,
         )
+        self.dismiss(self.query_one(ToolSettings).chosen(chosen) if self.tools else chosen)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
