@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -18,6 +18,7 @@ from localinfer.types import (
     TokenStream,
 )
 
+LORA_HINT = "LoRA adapters are applied by the llama.cpp backend: serve a GGUF model with --lora FILE"
 SLOT_FILES_HINT = "slots are saved and restored by the llama.cpp backend: serve a GGUF model"
 
 
@@ -58,6 +59,26 @@ class Capabilities:
     embed: bool = False
     rerank: bool = False
     slot_files: bool = False  # save_slot, restore_slot, erase_slot (llama-server's POST /slots/{id})
+    lora: bool = False  # LoRA adapters (LoadSpec.lora, GenerationOptions.lora, lora_adapters, set_lora_scales)
+
+
+@dataclass(frozen=True)
+class LoraAdapter:
+    """A LoRA adapter loaded with a model (llama-server's ``--lora``/``--lora-scaled``): its GGUF file and the
+    scale it applies at when a request names no adapters (0: loaded, not applied)."""
+
+    path: Path
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class LoraState:
+    """One adapter of a loaded model as llama-server's ``GET /lora-adapters`` lists it: its id (its place in the
+    list), file, and the scale requests that name no adapters are served with now."""
+
+    id: int
+    path: Path
+    scale: float
 
 
 @dataclass(frozen=True)
@@ -90,6 +111,7 @@ class LoadSpec:
     context_shift: bool = False  # a generation at the end of its context drops the oldest half and goes on
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take offloaded layers
     tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, RPC workers first; (): by memory
+    lora: tuple[LoraAdapter, ...] = ()  # LoRA adapters loaded with the model, in id order (llama.cpp only)
 
 
 @dataclass(frozen=True)
@@ -358,6 +380,16 @@ class Backend(ABC):
         """Empty slot ``id_slot``'s cache once it holds no request; the tokens it held. Raises as ``save_slot``."""
         raise NotSupported(f"the {self.name} backend cannot erase a slot's cache", hint=SLOT_FILES_HINT)
 
+    def lora_adapters(self) -> tuple[LoraState, ...]:
+        """The LoRA adapters loaded with the model and their scales now; () for none."""
+        return ()
+
+    async def set_lora_scales(self, scales: Mapping[int, float]) -> None:
+        """Make ``scales`` (adapter id -> scale; adapters left out: 0) what requests that name no adapters are
+        served with, from their next step on, as llama-server's ``POST /lora-adapters``. Raises InvalidRequest for
+        an id no adapter has, and NotSupported for a backend without adapters."""
+        raise NotSupported(f"the {self.name} backend does not apply LoRA adapters", hint=LORA_HINT)
+
     def decode_stats(self) -> DecodeStats | None:
         """What this load's decode loop has done so far (one object per load, updated in place); None for a
         backend without one of its own here (an engine process counts in its own /metrics)."""
@@ -401,6 +433,8 @@ def check_supported(name: str, capabilities: Capabilities, options: GenerationOp
         raise InvalidRequest(f"logit_bias is not supported by the {name} backend", param="logit_bias")
     if options.response_format.type == "grammar" and not capabilities.gbnf:
         raise InvalidRequest(f"a GBNF grammar is not supported by the {name} backend", param="grammar")
+    if options.lora is not None and not capabilities.lora:
+        raise InvalidRequest(f"LoRA adapters are not applied by the {name} backend", param="lora")
     if options.thinking_budget is not None and not capabilities.thinking_budget:
         raise InvalidRequest(f"a thinking budget is not supported by the {name} backend", param="thinking")
 

@@ -23,6 +23,8 @@ from localinfer.backends.base import (
     EmbeddingInput,
     EmbeddingResult,
     LoadSpec,
+    LoraAdapter,
+    LoraState,
     ModelFacts,
     Relay,
     RerankResult,
@@ -97,6 +99,7 @@ class ServedAs:
 
     chat_template: str | None = None
     pooling: str = ""
+    lora: tuple[LoraAdapter, ...] = ()  # LoRA adapters loaded with it (--lora, --lora-scaled), in id order
 
 
 NOT_OVERRIDDEN: Final = ServedAs()
@@ -168,6 +171,7 @@ class Engine:
             draft_max=s.draft_max,
             draft_min=s.draft_min,
             pooling=self._served(manifest.name).pooling,
+            lora=self._served(manifest.name).lora if manifest.format == "gguf" else (),
         )
         if self._asks_kv_cache_types():
             spec = dataclasses.replace(
@@ -439,6 +443,15 @@ class Engine:
             model, lambda r: slot_files.check_slot_files(r.backend, r.name).erase_slot(id_slot)
         )
 
+    async def lora_adapters(self, model: str) -> tuple[LoraState, ...]:
+        """The LoRA adapters ``model`` (loaded first when it is not) was loaded with, and their global scales."""
+        return (await self.runner(model)).backend.lora_adapters()
+
+    async def set_lora_scales(self, model: str, scales: Mapping[int, float]) -> None:
+        """Set ``model``'s global adapter scales (adapters left out: 0), as llama-server's POST /lora-adapters.
+        Raises InvalidRequest for an unknown id, NotSupported for a backend without adapters."""
+        await self._with_runner(model, lambda r: r.backend.set_lora_scales(scales))
+
     def slots(self, model: str) -> list[SlotInfo]:
         """What each slot of ``model`` does now; empty when it is not loaded or its backend has no slots."""
         runner = self._scheduler.get(model)
@@ -543,6 +556,7 @@ class Engine:
                 pinned=r.pinned,
                 in_flight=r.in_flight,
                 expires_in=self._scheduler.expires_in(r),
+                adapters=r.backend.lora_adapters(),
             )
             for r in self._scheduler.runners()
             if r.is_ready
@@ -687,6 +701,7 @@ class LoadedModel:
     pinned: bool = False
     in_flight: int = 0
     expires_in: float | None = None  # seconds until its keep-alive unloads it; None: in use, pinned or for good
+    adapters: tuple[LoraState, ...] = ()  # the LoRA adapters loaded with it, at their global scales
 
 
 async def _rendered(runner: Runner, request: ChatRequest) -> RenderedPrompt:

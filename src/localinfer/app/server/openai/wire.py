@@ -12,6 +12,7 @@ from pydantic import Field
 from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias
+from localinfer.app.server.core.lora import LoraWire, lora_pairs
 from localinfer.app.server.core.reasoning import requested_thinking, template_variables
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import ToolWire
@@ -118,6 +119,7 @@ class _SamplingWire(_Wire):
     return_progress: bool = False  # llama-server's: a stream sends the prompt's progress while it is computed
     logit_bias: dict[str, Any] | list[Any] | None = None  # core/logit_bias.py: OpenAI's map or llama-server's list
     grammar: str | None = None  # llama-server's extension: a GBNF grammar the text follows
+    lora: list[LoraWire] | None = None  # llama-server's extension: the LoRA adapters served with (core/lora.py)
 
     def _check_supported(self) -> None:
         """Fields that would change the answer and cannot be honoured are refused, never dropped."""
@@ -164,6 +166,7 @@ class _SamplingWire(_Wire):
             logprobs=self._n_logprobs(),
             timings_per_token=self.timings_per_token and self.stream,
             return_progress=self.return_progress and self.stream,
+            lora=lora_pairs(self.lora),
         )
 
     @property
