@@ -150,7 +150,11 @@ def convert_peft_lora(folder: Path, base: Path, out: Path, *, outtype: str = "f3
         hf_name = name.replace("base_model.model.", "", 1).replace(f".lora_{part.upper()}.weight", ".weight")
         target = names.get_name(hf_name, try_suffixes=(".weight",))
         if target is None or target.startswith(("token_embd", "output.")) or target == "output.weight":
-            raise _fail(f"{WEIGHTS}: {name} adapts no layer weight of a {arch} model that llama.cpp adapts")
+            raise _fail(
+                f"{WEIGHTS}: {name} adapts no tensor of {base.name} ({arch}, {blocks} blocks) that llama.cpp adapts",
+                hint="give the base model the adapter was trained on (embeddings and the output layer are not "
+                "converted)",
+            )
         pairs.setdefault(target, {})[part] = array
     if not pairs:
         raise _fail(f"{folder / WEIGHTS} holds no LoRA weights")
