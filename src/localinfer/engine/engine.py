@@ -67,7 +67,7 @@ from localinfer.errors import (
     ServerShuttingDown,
 )
 from localinfer.hardware.layer_split import parse_tensor_split
-from localinfer.hardware.model_profile import ModelProfile, from_path, with_draft
+from localinfer.hardware.model_profile import ModelProfile, from_path, with_adapters, with_draft
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.hardware.rpc_devices import RemoteDevice
@@ -250,19 +250,27 @@ class Engine:
         with suppress(LocalInferError, OSError):  # serve checked the draft at start: this one was removed since
             draft = self._draft_for(manifest)
             draft_bytes = draft.stat().st_size if draft is not None else 0
-        return {RAM: manifest.size + draft_bytes}
+        return {RAM: manifest.size + draft_bytes + self._adapter_bytes(manifest)}
 
     def _profile(self, manifest: Manifest) -> ModelProfile:
         """What the planner reads of ``manifest``, with its draft model beside it when one drafts for it (the model
         alone, with a warning, when the draft cannot be read: serve checked it at start, so it was removed since,
         and the load will say so)."""
-        profile = model_profile(manifest)
+        profile = with_adapters(model_profile(manifest), self._adapter_bytes(manifest))
         try:
             draft = self._draft_for(manifest)
             return with_draft(profile, from_path(draft)) if draft is not None else profile
         except LocalInferError as exc:
             log.warning("planning %s without its draft model: %s", manifest.name, exc.message)
             return profile
+
+    def _adapter_bytes(self, manifest: Manifest) -> int:
+        """What the LoRA adapters loaded with ``manifest`` take: their files' size (a missing one: the load says)."""
+        total = 0
+        for adapter in self._served(manifest.name).lora if manifest.format == "gguf" else ():
+            with suppress(OSError):
+                total += adapter.path.stat().st_size
+        return total
 
     def _draft_for(self, manifest: Manifest) -> Path | None:
         """The draft model's file when ``manifest`` speculates with one (GGUF models, served by llama.cpp)."""

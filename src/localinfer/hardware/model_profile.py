@@ -48,6 +48,12 @@ def with_draft(model: ModelProfile, draft: ModelProfile) -> ModelProfile:
     return replace(model, size_bytes=model.size_bytes + draft.size_bytes, kv_bytes_per_token=kv)
 
 
+def with_adapters(model: ModelProfile, adapter_bytes: int) -> ModelProfile:
+    """``model`` with LoRA adapters of ``adapter_bytes`` loaded beside its weights (llama.cpp keeps them where the
+    weights they adapt are, so a GPU layer is counted with its share of them)."""
+    return replace(model, size_bytes=model.size_bytes + adapter_bytes) if adapter_bytes else model
+
+
 def _kv_bytes(layers: int | None, kv_heads: int | None, key: int | None, value: int | None) -> int | None:
     """Bytes of f16 keys and values one token takes over all layers; None when a dimension is unknown."""
     if not (layers and kv_heads and key and value):
