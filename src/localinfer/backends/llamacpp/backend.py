@@ -34,7 +34,7 @@ from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.draft_model import DraftModel
 from localinfer.backends.llamacpp.embedder import Embedder, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
-from localinfer.backends.llamacpp.lora import LoraAdapters
+from localinfer.backends.llamacpp.lora import LoraAdapters, check_adapter_files
 from localinfer.backends.llamacpp.model import LlamaModel, check_attention
 from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
 from localinfer.backends.llamacpp.rerank import rerank_prompts
@@ -162,6 +162,7 @@ class LlamaCppBackend(Backend):
 
     def preflight(self, spec: LoadSpec) -> None:
         check_attention(spec)
+        check_adapter_files(spec.lora)
         if spec.speculation == "draft":
             DraftModel.check(spec)
 

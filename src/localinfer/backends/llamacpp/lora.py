@@ -117,9 +117,15 @@ class LoraAdapters:
             lc.llama_adapter_lora_free(pointer)
 
 
+def check_adapter_files(adapters: Sequence[LoraAdapter]) -> None:
+    """Refuse, before anything loads, an adapter whose file is not there (ModelLoadError naming it)."""
+    for adapter in adapters:
+        if not Path(adapter.path).is_file():
+            raise ModelLoadError(f"LoRA adapter not found: {adapter.path}", hint="check the path given to --lora")
+
+
 def _load(model: lc.llama_model_p, path: Path) -> lc.llama_adapter_lora_p:
-    if not path.is_file():
-        raise ModelLoadError(f"LoRA adapter not found: {path}", hint="check the path given to --lora")
+    check_adapter_files((LoraAdapter(path),))
     errors = _Errors()
     source = logging.getLogger("localinfer.backends.llamacpp.model")  # where llama.cpp's log lines go
     source.addHandler(errors)
