@@ -56,7 +56,9 @@ def _heads(reader: gguf.GGUFReader) -> tuple[int, int, int]:
 def _unpermute(rows: np.ndarray[Any, Any], n_head: int) -> np.ndarray[Any, Any]:
     """The inverse of llama.cpp's converter's query/key permutation: Hugging Face's row order."""
     shape = rows.shape
-    return rows.reshape(n_head, shape[0] // n_head // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+    undone: np.ndarray[Any, Any] = rows.reshape(n_head, shape[0] // n_head // 2, 2, *shape[1:]).swapaxes(1, 2)
+    result: np.ndarray[Any, Any] = undone.reshape(shape)
+    return result
 
 
 def adapter_pairs(base: Path) -> dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:

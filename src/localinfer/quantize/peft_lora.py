@@ -103,7 +103,9 @@ def _config(folder: Path) -> tuple[int, float]:
 def _permute(rows: np.ndarray[Any, Any], n_head: int) -> np.ndarray[Any, Any]:
     """llama.cpp's converter's permutation of a llama query or key weight's rows (output features), for B."""
     shape = rows.shape
-    return rows.reshape(n_head, 2, shape[0] // n_head // 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+    permuted: np.ndarray[Any, Any] = rows.reshape(n_head, 2, shape[0] // n_head // 2, *shape[1:]).swapaxes(1, 2)
+    result: np.ndarray[Any, Any] = permuted.reshape(shape)
+    return result
 
 
 def _base_tensors(base: Path) -> tuple[str, int, dict[str, str], dict[str, tuple[int, ...]]]:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from localinfer.models.store import Manifest
 from tests.app.server.conftest import Server, serving, start_server
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.model
 FLAGS = ("-c", "2048", "-np", "4")
 PROMPT = "Look in thy glass"
 SCALES = [0.0, 0.0, 0.5, 1.0, 1.0, 0.5]
-CHAT = [{"role": "user", "content": "Name a colour."}]
+CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name a colour."}]
 
 
 def complete(url: str, **body: Any) -> dict[str, Any]:

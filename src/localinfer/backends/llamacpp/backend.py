@@ -129,6 +129,7 @@ class LlamaCppBackend(Backend):
         model = await asyncio.to_thread(LlamaModel.load, spec)
         try:
             if spec.lora:
+                assert model.model is not None, "a loaded model has its weights"
                 self._adapters = await asyncio.to_thread(LoraAdapters, model.model, spec.lora)
             if spec.speculation == "draft":
                 self._draft_model = await asyncio.to_thread(DraftModel.load, spec, model)

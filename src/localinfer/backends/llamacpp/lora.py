@@ -16,6 +16,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import llama_cpp.llama_cpp as lc
 
@@ -104,7 +105,7 @@ class LoraAdapters:
         if scales == self._applied or (self._applied is None and not any(scales)):
             return
         n = len(self._pointers)
-        pointers = (lc.llama_adapter_lora_p_ctypes * n)(*self._pointers)
+        pointers = (lc.llama_adapter_lora_p_ctypes * n)(*cast(list[Any], self._pointers))
         values = (ctypes.c_float * n)(*scales)
         lc.llama_set_adapters_lora(ctx, pointers, n, values)
         self._applied = scales
@@ -138,7 +139,7 @@ def _load(model: lc.llama_model_p, path: Path) -> lc.llama_adapter_lora_p:
             f"llama.cpp could not load the LoRA adapter {path}: {_refusal(errors.lines)}",
             hint="give a LoRA GGUF made for this model (localinfer convert FOLDER --to gguf-lora --base MODEL)",
         )
-    return pointer
+    return cast(lc.llama_adapter_lora_p, pointer)
 
 
 def next_group(groups: Sequence[Scales], last: Scales | None) -> Scales:
