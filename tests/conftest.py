@@ -21,6 +21,7 @@ from localinfer.models.store import Manifest, ModelStore
 from tests.embedding_model import embedding_model_once
 from tests.fim_model import fim_model_once
 from tests.harmony_model import harmony_model_once
+from tests.lora_model import LoraFiles, lora_files_once
 from tests.onnx_model import convert_once
 from tests.reasoning_model import reasoning_model_once
 from tests.rerank_model import TEMPLATE_NAME, reranker_model_once
@@ -72,6 +73,13 @@ def smollm2_fim(smollm2: Manifest, model_store: ModelStore) -> Manifest:
     """SmolLM2 with fill-in-the-middle tokens declared in its metadata (derived once, ``tests/fim_model.py``),
     registered as ``smollm2-fim``."""
     return fim_model_once(smollm2, model_store)
+
+
+@pytest.fixture(scope="session")
+def smollm2_lora(smollm2: Manifest, test_home: Path) -> LoraFiles:
+    """A LoRA adapter for SmolLM2 (random rank-4 pairs on every attention and FFN weight, derived once,
+    ``tests/lora_model.py``): llama.cpp's LoRA GGUF and a PEFT folder of the same numbers."""
+    return lora_files_once(smollm2, test_home)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,9 @@ scheduler and backend registry inside) and the in-process client out. ``serve``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from localinfer.backends.base import LoraAdapter
 from localinfer.backends.registry import backends_for
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
@@ -47,8 +49,28 @@ def local_stack(
     library = library or ModelLibrary.from_settings(settings)
     hardware = hardware or detect()
     models: ModelSource = ServedModels(library, served, original=original) if names_only else library
-    served_as = {served.name: ServedAs(settings.chat_template, settings.pooling or "")} if served is not None else {}
+    served_as = (
+        {served.name: ServedAs(settings.chat_template, settings.pooling or "", lora_adapters(settings))}
+        if served is not None
+        else {}
+    )
     backends = backends_for(settings)  # Hugging Face folders on the engine named; GGUF on RPC workers in a child
     engine = Engine(settings, models, backends, hardware=hardware, served_as=served_as, rpc_devices=rpc_devices)
     client = LocalClient(engine, library, settings, serving=serving)
     return LocalStack(settings, library, hardware, models, engine, client)
+
+
+def lora_adapters(settings: Settings) -> tuple[LoraAdapter, ...]:
+    """The adapters of ``settings.lora`` (FILE or FILE:SCALE entries: a colon not followed by a number is part of
+    the path), all at scale 0 with ``lora_init_without_apply``."""
+    adapters = []
+    for entry in settings.lora:
+        path, sep, scale = entry.rpartition(":")
+        try:
+            value = float(scale) if sep and path else None
+        except ValueError:
+            value = None
+        if value is None:
+            path, value = entry, 1.0
+        adapters.append(LoraAdapter(Path(path).expanduser(), 0.0 if settings.lora_init_without_apply else value))
+    return tuple(adapters)

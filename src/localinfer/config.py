@@ -238,6 +238,16 @@ class Settings(BaseSettings):
         description="How the model a server is started with pools its embeddings, in place of what its file states "
         "(llama-server's --pooling); none gives a vector per token, on llama.cpp's /embeddings only.",
     )
+    lora: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="LoRA adapters loaded with the model a server is started with, in id order: FILE or FILE:SCALE "
+        "(scale 1 unless given; llama-server's --lora and --lora-scaled).",
+    )
+    lora_init_without_apply: bool = Field(
+        False,
+        description="The adapters load at scale 0, applied only once POST /lora-adapters or a request's lora asks "
+        "(llama-server's --lora-init-without-apply).",
+    )
     strict_model_names: bool = Field(
         False,
         description="A server started with one model answers a request naming another with 404, rather than with "
@@ -347,7 +357,7 @@ class Settings(BaseSettings):
         seconds = parse_duration(self.keep_alive)
         return None if seconds < 0 else seconds
 
-    @field_validator("allow_hosts", "cors_origins", "pin", mode="before")
+    @field_validator("allow_hosts", "cors_origins", "pin", "lora", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         """A string (from the environment) is a comma-separated list (a JSON list is read too); a list (TOML,

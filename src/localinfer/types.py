@@ -186,6 +186,8 @@ class GenerationOptions:
     t_max_predict_ms: float = 0.0  # llama-server's: once generating took longer, the next line end ends the text
     thinking_budget: ThinkingBudget | None = None  # a reasoning model's thinking is cut after so many tokens
     n_keep: int = 0  # the prompt's first tokens a context shift keeps (-1: the whole prompt; --context-shift)
+    # llama-server's per-request adapters: (adapter id, scale) pairs, those not named at 0; None: the global scales
+    lora: tuple[tuple[int, float], ...] | None = None
 
 
 ToolChoice = str  # "auto", "none", "required", or the name of the one function to call

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -13,12 +13,12 @@ from localinfer.defaults import BATCH_SIZE, CACHE_REUSE, CTX_CAP, DRAFT_MAX, FLA
 from localinfer.errors import InvalidRequest, NotSupported
 from localinfer.types import (
     DEFAULT_KV_CACHE_TYPE,
-    GenerationOptions,
     GenerationRequest,
     ThinkingMarkers,
     TokenStream,
 )
 
+LORA_HINT = "LoRA adapters are applied by the llama.cpp backend: serve a GGUF model with --lora FILE"
 SLOT_FILES_HINT = "slots are saved and restored by the llama.cpp backend: serve a GGUF model"
 
 
@@ -59,6 +59,26 @@ class Capabilities:
     embed: bool = False
     rerank: bool = False
     slot_files: bool = False  # save_slot, restore_slot, erase_slot (llama-server's POST /slots/{id})
+    lora: bool = False  # LoRA adapters (LoadSpec.lora, GenerationOptions.lora, lora_adapters, set_lora_scales)
+
+
+@dataclass(frozen=True)
+class LoraAdapter:
+    """A LoRA adapter loaded with a model (llama-server's ``--lora``/``--lora-scaled``): its GGUF file and the
+    scale it applies at when a request names no adapters (0: loaded, not applied)."""
+
+    path: Path
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class LoraState:
+    """One adapter of a loaded model as llama-server's ``GET /lora-adapters`` lists it: its id (its place in the
+    list), file, and the scale requests that name no adapters are served with now."""
+
+    id: int
+    path: Path
+    scale: float
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,7 @@ class LoadSpec:
     context_shift: bool = False  # a generation at the end of its context drops the oldest half and goes on
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take offloaded layers
     tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, RPC workers first; (): by memory
+    lora: tuple[LoraAdapter, ...] = ()  # LoRA adapters loaded with the model, in id order (llama.cpp only)
 
 
 @dataclass(frozen=True)
@@ -359,6 +380,16 @@ class Backend(ABC):
         """Empty slot ``id_slot``'s cache once it holds no request; the tokens it held. Raises as ``save_slot``."""
         raise NotSupported(f"the {self.name} backend cannot erase a slot's cache", hint=SLOT_FILES_HINT)
 
+    def lora_adapters(self) -> tuple[LoraState, ...]:
+        """The LoRA adapters loaded with the model and their scales now; () for none."""
+        return ()
+
+    async def set_lora_scales(self, scales: Mapping[int, float]) -> None:
+        """Make ``scales`` (adapter id -> scale; adapters left out: 0) what requests that name no adapters are
+        served with, from their next step on, as llama-server's ``POST /lora-adapters``. Raises InvalidRequest for
+        an id no adapter has, and NotSupported for a backend without adapters."""
+        raise NotSupported(f"the {self.name} backend does not apply LoRA adapters", hint=LORA_HINT)
+
     def decode_stats(self) -> DecodeStats | None:
         """What this load's decode loop has done so far (one object per load, updated in place); None for a
         backend without one of its own here (an engine process counts in its own /metrics)."""
@@ -374,57 +405,3 @@ class Backend(ABC):
         """For a backend that runs its model in an engine process with its own OpenAI server (vLLM): the proxy
         that relays clients' requests to it as they are, while loaded. None for a backend serving in process."""
         return None
-
-
-def reranker_refusal(model: str, does_not: str) -> InvalidRequest:
-    """The 400 for a reranker asked to do what it cannot (``does_not``: "embed texts", "generate text");
-    ``model`` says which (``"model 'bge-reranker'"``, or ``"this model"``)."""
-    return InvalidRequest(
-        f"{model} is a reranker (its metadata states rank pooling): it scores query and document pairs "
-        f"(POST /v1/rerank) and does not {does_not}",
-        param="model",
-    )
-
-
-def not_a_reranker(model: str) -> InvalidRequest:
-    """The 400 for a model that is no reranker asked to score query and document pairs."""
-    return InvalidRequest(
-        f"{model} is not a reranker (its metadata states no rank pooling): it cannot score query and document "
-        "pairs; rerank with a reranker model",
-        param="model",
-    )
-
-
-def check_supported(name: str, capabilities: Capabilities, options: GenerationOptions) -> None:
-    """Refuses what ``options`` ask that a backend of ``capabilities`` (named ``name``) cannot honour: logit biases
-    and GBNF grammars change the answer, so they are never dropped. Raises InvalidRequest naming the field."""
-    if options.sampling.logit_bias and not capabilities.logit_bias:
-        raise InvalidRequest(f"logit_bias is not supported by the {name} backend", param="logit_bias")
-    if options.response_format.type == "grammar" and not capabilities.gbnf:
-        raise InvalidRequest(f"a GBNF grammar is not supported by the {name} backend", param="grammar")
-    if options.thinking_budget is not None and not capabilities.thinking_budget:
-        raise InvalidRequest(f"a thinking budget is not supported by the {name} backend", param="thinking")
-
-
-def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> GenerationOptions:
-    """``options`` for a model of ``n_ctx`` tokens of context and ``n_vocab`` tokens, with a ``repeat_last_n`` of
-    -1 (Ollama's "the whole context") made ``n_ctx``. Refuses what such a model cannot mean and would pay memory
-    for: a repetition window longer than the context, a top-k beyond the vocabulary; and ``max_tokens`` past the
-    context where the dialect refuses it (OpenAI's, as OpenAI and vLLM do; Ollama's and llama.cpp's serve it until
-    the context is full, as Ollama and llama-server do). Raises InvalidRequest naming the field."""
-    if options.refuse_max_tokens_past_context and options.max_tokens is not None and options.max_tokens > n_ctx:
-        raise InvalidRequest(
-            f"max_tokens is {options.max_tokens} but the model's context holds {n_ctx} tokens", param="max_tokens"
-        )
-    if options.sampling.repeat_last_n < 0:
-        options = dataclasses.replace(options, sampling=dataclasses.replace(options.sampling, repeat_last_n=n_ctx))
-    if options.sampling.repeat_last_n > n_ctx:
-        raise InvalidRequest(
-            f"repeat_last_n is {options.sampling.repeat_last_n} but the model's context holds {n_ctx} tokens",
-            param="repeat_last_n",
-        )
-    if options.sampling.top_k > n_vocab:
-        raise InvalidRequest(
-            f"top_k is {options.sampling.top_k} but the model's vocabulary has {n_vocab} tokens", param="top_k"
-        )
-    return options

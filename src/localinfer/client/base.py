@@ -6,7 +6,7 @@ from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from localinfer.backends.base import DeviceUse
+from localinfer.backends.base import DeviceUse, LoraState
 from localinfer.progress import ProgressEvent
 from localinfer.types import ChatRequest, ModelInfo, TokenChunk
 
@@ -30,6 +30,11 @@ class LoadedModelStatus:
     cache_type_k: str = ""  # the KV cache's element types (llama.cpp); "": the backend's own
     cache_type_v: str = ""
     devices: tuple[DeviceUse, ...] = ()  # where its memory is, device by device (llama.cpp over RPC workers)
+    adapters: tuple[LoraState, ...] = ()  # the LoRA adapters loaded with it, at their global scales
+
+    def lora(self) -> str:
+        """Its adapters as ``ps`` shows them: ``tone.gguf x1, style.gguf x0.5``; "" for none."""
+        return ", ".join(f"{a.path.name} x{a.scale:g}" for a in self.adapters)
 
     def spans(self) -> str:
         """The devices it is on with what each holds, as ``ps`` shows them: ``CPU 60 MB, RPC0 (10.0.0.2:50052)

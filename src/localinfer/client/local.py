@@ -157,6 +157,7 @@ class LocalClient:
                 cache_type_k=m.facts.cache_type_k,
                 cache_type_v=m.facts.cache_type_v,
                 devices=m.facts.devices,
+                adapters=m.adapters,
                 pinned=m.pinned,
                 in_flight=m.in_flight,
                 expires_in=m.expires_in,

@@ -28,11 +28,12 @@ import dataclasses
 import json
 from collections.abc import AsyncGenerator
 from datetime import datetime
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
 
-from localinfer.backends.base import DeviceUse
+from localinfer.backends.base import DeviceUse, LoraState
 from localinfer.client.base import ClientStatus, LoadedModelStatus
 from localinfer.client.remote_tools import ToolCallDeltas, message_tool_fields, tool_fields
 from localinfer.errors import (
@@ -233,6 +234,10 @@ class HttpClient:
                 devices=tuple(
                     DeviceUse(str(d.get("name") or ""), str(d.get("where") or ""), int(d.get("size_bytes") or 0))
                     for d in m.get("devices") or ()
+                ),
+                adapters=tuple(
+                    LoraState(int(a.get("id") or 0), Path(str(a.get("path") or "")), float(a.get("scale") or 0.0))
+                    for a in m.get("adapters") or ()
                 ),
                 pinned=bool(m.get("pinned")),
                 in_flight=int(m.get("in_flight") or 0),

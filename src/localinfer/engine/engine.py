@@ -23,6 +23,8 @@ from localinfer.backends.base import (
     EmbeddingInput,
     EmbeddingResult,
     LoadSpec,
+    LoraAdapter,
+    LoraState,
     ModelFacts,
     Relay,
     RerankResult,
@@ -30,10 +32,8 @@ from localinfer.backends.base import (
     SlotInfo,
     SlotUsage,
     TokenPiece,
-    check_supported,
-    not_a_reranker,
-    reranker_refusal,
 )
+from localinfer.backends.checks import check_supported, not_a_reranker, reranker_refusal
 from localinfer.backends.llamacpp.rpc.wire import parse_endpoints
 from localinfer.backends.registry import (
     DEFAULT_BACKENDS,
@@ -64,7 +64,7 @@ from localinfer.errors import (
     ServerShuttingDown,
 )
 from localinfer.hardware.layer_split import parse_tensor_split
-from localinfer.hardware.model_profile import ModelProfile, from_path, with_draft
+from localinfer.hardware.model_profile import ModelProfile, from_path, with_adapters, with_draft
 from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.hardware.rpc_devices import RemoteDevice
@@ -98,6 +98,7 @@ class ServedAs:
 
     chat_template: str | None = None
     pooling: str = ""
+    lora: tuple[LoraAdapter, ...] = ()  # LoRA adapters loaded with it (--lora, --lora-scaled), in id order
 
 
 NOT_OVERRIDDEN: Final = ServedAs()
@@ -169,6 +170,7 @@ class Engine:
             draft_max=s.draft_max,
             draft_min=s.draft_min,
             pooling=self._served(manifest.name).pooling,
+            lora=self._lora(manifest),
         )
         if self._asks_kv_cache_types():
             spec = dataclasses.replace(
@@ -268,13 +270,14 @@ class Engine:
         with suppress(LocalInferError, OSError):  # serve checked the draft at start: this one was removed since
             draft = self._draft_for(manifest)
             draft_bytes = draft.stat().st_size if draft is not None else 0
-        return {RAM: manifest.size + draft_bytes}
+        return {RAM: manifest.size + draft_bytes + self._adapter_bytes(manifest)}
 
     def _profile(self, manifest: Manifest) -> ModelProfile:
         """What the planner reads of ``manifest``, with its draft model beside it when one drafts for it (the model
         alone, with a warning, when the draft cannot be read: serve checked it at start, so it was removed since,
         and the load will say so)."""
         profile = with_its_projector(model_profile(manifest), self._listed_projector(manifest))
+        profile = with_adapters(profile, self._adapter_bytes(manifest))
         try:
             draft = self._draft_for(manifest)
             return with_draft(profile, from_path(draft)) if draft is not None else profile
@@ -285,6 +288,21 @@ class Engine:
     def _listed_projector(self, manifest: Manifest) -> Path | None:
         """The projector that goes with ``manifest``'s model, as its manifest pairs them (listings and the plan)."""
         return manifest.projector.path if manifest.projector is not None else None
+
+    def _lora(self, manifest: Manifest) -> tuple[LoraAdapter, ...]:
+        """The LoRA adapters ``manifest``'s model is loaded with: its own (a Modelfile's ADAPTER, an Ollama adapter
+        layer: at scale 1, as Ollama applies them), then those ``--lora`` gives the model served."""
+        if manifest.format != "gguf":
+            return ()
+        return (*(LoraAdapter(f.path, 1.0) for f in manifest.adapters), *self._served(manifest.name).lora)
+
+    def _adapter_bytes(self, manifest: Manifest) -> int:
+        """What the LoRA adapters loaded with ``manifest`` take: their files' size (a missing one: the load says)."""
+        total = 0
+        for adapter in self._lora(manifest):
+            with suppress(OSError):
+                total += adapter.path.stat().st_size
+        return total
 
     def _draft_for(self, manifest: Manifest) -> Path | None:
         """The draft model's file when ``manifest`` speculates with one (GGUF models, served by llama.cpp)."""
@@ -466,6 +484,15 @@ class Engine:
             model, lambda r: slot_files.check_slot_files(r.backend, r.name).erase_slot(id_slot)
         )
 
+    async def lora_adapters(self, model: str) -> tuple[LoraState, ...]:
+        """The LoRA adapters ``model`` (loaded first when it is not) was loaded with, and their global scales."""
+        return (await self.runner(model)).backend.lora_adapters()
+
+    async def set_lora_scales(self, model: str, scales: Mapping[int, float]) -> None:
+        """Set ``model``'s global adapter scales (adapters left out: 0), as llama-server's POST /lora-adapters.
+        Raises InvalidRequest for an unknown id, NotSupported for a backend without adapters."""
+        await self._with_runner(model, lambda r: r.backend.set_lora_scales(scales))
+
     def slots(self, model: str) -> list[SlotInfo]:
         """What each slot of ``model`` does now; empty when it is not loaded or its backend has no slots."""
         runner = self._scheduler.get(model)
@@ -573,6 +600,7 @@ class Engine:
                 pinned=r.pinned,
                 in_flight=r.in_flight,
                 expires_in=self._scheduler.expires_in(r),
+                adapters=r.backend.lora_adapters(),
             )
             for r in self._scheduler.runners()
             if r.is_ready
@@ -717,6 +745,7 @@ class LoadedModel:
     pinned: bool = False
     in_flight: int = 0
     expires_in: float | None = None  # seconds until its keep-alive unloads it; None: in use, pinned or for good
+    adapters: tuple[LoraState, ...] = ()  # the LoRA adapters loaded with it, at their global scales
 
 
 async def _rendered(runner: Runner, request: ChatRequest) -> RenderedPrompt:

@@ -60,6 +60,12 @@ def with_projector(model: ModelProfile, weights: int, compute: int) -> ModelProf
     return replace(model, projector_bytes=weights, projector_compute_bytes=compute)
 
 
+def with_adapters(model: ModelProfile, adapter_bytes: int) -> ModelProfile:
+    """``model`` with LoRA adapters of ``adapter_bytes`` loaded beside its weights (llama.cpp keeps them where the
+    weights they adapt are, so a GPU layer is counted with its share of them)."""
+    return replace(model, size_bytes=model.size_bytes + adapter_bytes) if adapter_bytes else model
+
+
 def _kv_bytes(layers: int | None, kv_heads: int | None, key: int | None, value: int | None) -> int | None:
     """Bytes of f16 keys and values one token takes over all layers; None when a dimension is unknown."""
     if not (layers and kv_heads and key and value):

@@ -4,11 +4,12 @@ register it, and check it against the GGUF."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.convert.builder import PRECISIONS, TARGETS
-from localinfer.errors import LocalInferError
+from localinfer.errors import ConfigError, LocalInferError
 from localinfer.progress import ignore_progress
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 
     from localinfer.config import Settings
     from localinfer.convert.onnx import Converted
+    from localinfer.models.library import ModelLibrary
     from localinfer.progress import ProgressSink
 
 _MB = 1_000_000
@@ -24,16 +26,27 @@ _MB = 1_000_000
 def add_parser(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "convert",
-        help="convert a model to ONNX (onnxruntime-genai)",
+        help="convert a model to ONNX (onnxruntime-genai), or a PEFT LoRA adapter to llama.cpp's LoRA GGUF",
         description="Convert a GGUF model (a name from 'localinfer ls' or a .gguf path) or a Hugging Face model "
         "folder to an onnxruntime-genai model with its model builder, offline, and register it. A quantized GGUF "
         "is dequantized first. Afterwards both models score the same text and it prints the KL divergence of the "
         "ONNX model's token distributions from the GGUF's (as 'localinfer perplexity --base' does) and how long "
-        "their greedy continuations agree.",
-        epilog="Needs the convert extra: pip install 'localinfer[convert]'.",
+        "their greedy continuations agree. With --to gguf-lora, SOURCE is a PEFT adapter folder "
+        "(adapter_config.json and adapter_model.safetensors), written as the LoRA GGUF that serve --lora loads "
+        "(as llama.cpp's convert_lora_to_gguf.py writes it), checked against the GGUF model --base names.",
+        epilog="ONNX needs the convert extra: pip install 'localinfer[convert]'.",
     )
-    p.add_argument("source", help="a model name, a .gguf file, or a Hugging Face model folder")
-    p.add_argument("--to", required=True, choices=("onnx",), help="the format to convert to")
+    p.add_argument("source", help="a model name, a .gguf file, a Hugging Face model folder, or a PEFT adapter folder")
+    p.add_argument("--to", required=True, choices=("onnx", "gguf-lora"), help="the format to convert to")
+    p.add_argument(
+        "--base", metavar="MODEL", help="gguf-lora: the GGUF model the adapter was trained on (a name or path)"
+    )
+    p.add_argument(
+        "--outfile", metavar="FILE", help="gguf-lora: where to write it (default: SOURCE/adapter_model-F32.gguf)"
+    )
+    p.add_argument(
+        "--outtype", choices=("f32", "f16"), default="f32", help="gguf-lora: the adapter's weights (default f32)"
+    )
     p.add_argument(
         "--precision",
         choices=PRECISIONS,
@@ -52,6 +65,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.models.library import ModelLibrary
 
     library = ModelLibrary.from_settings(settings)
+    if args.to == "gguf-lora":
+        return _to_gguf_lora(args, library)
     renderer = ProgressLine(sys.stderr)
     sink: ProgressSink = ignore_progress if args.quiet else renderer
     try:
@@ -82,6 +97,26 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print("quality check: skipped: there is no GGUF to compare with", flush=True)
     else:
         print(quality_line(converted), flush=True)
+    return 0
+
+
+def _to_gguf_lora(args: argparse.Namespace, library: ModelLibrary) -> int:
+    """A PEFT folder written as llama.cpp's LoRA GGUF for the model ``--base`` names. Raises ConfigError without
+    ``--base`` or for a base that is not a GGUF, ConvertError for an adapter that does not convert."""
+    from localinfer.quantize.peft_lora import convert_peft_lora
+
+    if not args.base:
+        raise ConfigError("--to gguf-lora needs the base model", hint="add --base MODEL (a name or a .gguf path)")
+    base = library.resolve(args.base)
+    if base.format != "gguf":
+        raise ConfigError(f"{base.name} is not a GGUF model", hint="--base names the GGUF the adapter applies to")
+    folder = Path(args.source).expanduser()
+    out = Path(args.outfile).expanduser() if args.outfile else folder / f"adapter_model-{args.outtype.upper()}.gguf"
+    done = convert_peft_lora(folder, base.path, out, outtype=args.outtype)
+    print(
+        f"converted {folder} -> {done.path} ({done.pairs} adapted {done.architecture} tensors, rank {done.rank}, "
+        f"alpha {done.alpha:g}, for {base.name}); serve it with: localinfer serve {base.name} --lora {done.path}"
+    )
     return 0
 
 

@@ -111,9 +111,52 @@ def add_llama_server_flags(p: argparse.ArgumentParser) -> None:
         help="how the model named here pools its embeddings, in place of what its file states (default: that, or "
         "mean); none gives a vector per token on /embeddings, and the OpenAI and Ollama routes refuse it",
     )
+    p.add_argument(
+        "--lora",
+        dest="lora",
+        action="extend",
+        type=_lora_files,
+        metavar="FILE",
+        help="a LoRA adapter (GGUF) loaded with the model named here, at scale 1; repeat it or separate files with "
+        "commas for more (ids in order: GET /lora-adapters)",
+    )
+    p.add_argument(
+        "--lora-scaled",
+        dest="lora",
+        action="extend",
+        type=_lora_scaled,
+        metavar="FILE:SCALE",
+        help="a LoRA adapter at SCALE (llama-server's FNAME:SCALE, comma-separated for more)",
+    )
+    p.add_argument(
+        "--lora-init-without-apply",
+        action="store_true",
+        default=None,
+        help="load the adapters at scale 0: applied once POST /lora-adapters or a request's lora asks",
+    )
     p.add_argument("--no-slots", action="store_true", default=None, help="GET /slots answers 501, as llama-server's")
     for names, meaning in _ACCEPTED:
         p.add_argument(*names, action="store_true", help=meaning)
+
+
+def _lora_files(text: str) -> list[str]:
+    """``--lora``'s files (comma-separated, as llama-server's), each as a settings entry at scale 1."""
+    return [f"{item.strip()}:1" for item in text.split(",") if item.strip()]
+
+
+def _lora_scaled(text: str) -> list[str]:
+    """``--lora-scaled``'s FNAME:SCALE entries (comma-separated), checked. Raises ArgumentTypeError."""
+    entries = []
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        path, sep, scale = item.rpartition(":")
+        try:
+            float(scale)
+        except ValueError:
+            sep = ""
+        if not sep or not path:
+            raise argparse.ArgumentTypeError(f"{item!r} is not FNAME:SCALE (e.g. adapter.gguf:0.5)")
+        entries.append(item)
+    return entries
 
 
 def model_named(args: argparse.Namespace) -> str | None:

@@ -72,6 +72,9 @@ def render_table(models: tuple[LoadedModelStatus, ...]) -> str:
         )
         for m in models
     ]
+    if any(m.adapters for m in models):  # LoRA adapters loaded with a model, at their global scales
+        header = (*header, "ADAPTERS")
+        rows = [(*row, m.lora() or "-") for row, m in zip(rows, models, strict=True)]
     if any(m.devices for m in models):  # a model over RPC workers: the devices it spans, and what each holds
         header = (*header, "DEVICES")
         rows = [(*row, m.spans() or "-") for row, m in zip(rows, models, strict=True)]

@@ -267,6 +267,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         pin=args.pin,
         chat_template=chat_template_source(args),
         pooling=args.pooling,
+        lora=args.lora,
+        lora_init_without_apply=args.lora_init_without_apply,
         strict_model_names=args.strict_model_names,
         slots_endpoint=False if args.no_slots else None,
         slot_save_path=_slot_folder(args.slot_save_path),
@@ -291,8 +293,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     url = f"http://{_url_host(hosts[0])}:{settings.port}"
     preload: Manifest | None = None
     if args.model is None and not args.alias and library.list():  # nothing loaded at start: each model on demand
-        if settings.chat_template or settings.pooling:
-            flag = "--chat-template" if settings.chat_template else "--pooling"
+        if settings.chat_template or settings.pooling or settings.lora:
+            flag = "--chat-template" if settings.chat_template else "--pooling" if settings.pooling else "--lora"
             raise ConfigError(
                 f"{flag} changes the model the server is started with, and none is named",
                 hint=f"name it: localinfer serve MODEL {flag} ...",

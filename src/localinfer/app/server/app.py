@@ -26,6 +26,7 @@ from localinfer.app.server.guard import AccessGuard, AccessPolicy
 from localinfer.app.server.limits import BodyLimits
 from localinfer.app.server.llamacpp.embeddings import router as llamacpp_embeddings_router
 from localinfer.app.server.llamacpp.infill import router as llamacpp_infill_router
+from localinfer.app.server.llamacpp.lora_adapters import router as llamacpp_lora_router
 from localinfer.app.server.llamacpp.models import router as llamacpp_models_router
 from localinfer.app.server.llamacpp.routes import router as llamacpp_router
 from localinfer.app.server.llamacpp.slot_actions import router as llamacpp_slot_actions_router
@@ -109,6 +110,7 @@ def create_app(
     app.include_router(llamacpp_router)
     app.include_router(llamacpp_models_router)
     app.include_router(llamacpp_slot_actions_router)
+    app.include_router(llamacpp_lora_router)
     app.include_router(ollama_generation_router)
     app.include_router(ollama_show_router)
     app.include_router(ollama_create_router)

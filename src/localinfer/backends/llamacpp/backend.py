@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
@@ -19,20 +19,22 @@ from localinfer.backends.base import (
     EmbeddingInput,
     EmbeddingResult,
     LoadSpec,
+    LoraState,
     ModelFacts,
     RerankResult,
     SlotFile,
     SlotInfo,
     SlotUsage,
     TokenPiece,
-    check_bounds,
 )
+from localinfer.backends.checks import check_bounds
 from localinfer.backends.chunks import ChunkQueue, relay
 from localinfer.backends.line_limits import text_stream_for
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.draft_model import DraftModel
 from localinfer.backends.llamacpp.embedder import Embedder, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
+from localinfer.backends.llamacpp.lora import LoraAdapters, check_adapter_files
 from localinfer.backends.llamacpp.model import LlamaModel, check_attention
 from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
 from localinfer.backends.llamacpp.rerank import rerank_prompts
@@ -96,6 +98,7 @@ class LlamaCppBackend(Backend):
         rerank=True,
         slot_files=True,
         thinking_budget=True,
+        lora=True,
     )
 
     def __init__(
@@ -114,6 +117,7 @@ class LlamaCppBackend(Backend):
         self._step_costs = step_costs
         self._model: LlamaModel | None = None
         self._draft_model: DraftModel | None = None
+        self._adapters: LoraAdapters | None = None  # the model's LoRA adapters, when it was loaded with some
         self._loop: StepLoop | None = None
         self._facts: ModelFacts | None = None
         self._constraints: ConstraintCompiler | None = None
@@ -123,17 +127,23 @@ class LlamaCppBackend(Backend):
 
     async def load(self, spec: LoadSpec) -> None:
         model = await asyncio.to_thread(LlamaModel.load, spec)
-        if spec.speculation == "draft":
-            try:
+        try:
+            if spec.lora:
+                assert model.model is not None, "a loaded model has its weights"
+                self._adapters = await asyncio.to_thread(LoraAdapters, model.model, spec.lora)
+            if spec.speculation == "draft":
                 self._draft_model = await asyncio.to_thread(DraftModel.load, spec, model)
-            except BaseException:
-                model.free()
-                raise
+        except BaseException:
+            if self._adapters is not None:
+                self._adapters.free()
+                self._adapters = None
+            model.free()
+            raise
         self._facts = model.facts()
-        if self._draft_model is not None:  # its weights are loaded for this model: /api/ps counts them
-            self._facts = dataclasses.replace(
-                self._facts, model_bytes=self._facts.model_bytes + self._draft_model.model_bytes
-            )
+        loaded_with = (self._draft_model.model_bytes if self._draft_model else 0) + (
+            self._adapters.bytes if self._adapters else 0
+        )  # a draft model's weights and adapters are loaded for this model: /api/ps counts them
+        self._facts = dataclasses.replace(self._facts, model_bytes=self._facts.model_bytes + loaded_with)
         self._longest_token = await asyncio.to_thread(model.longest_token)
         self._model = model
         self._constraints = ConstraintCompiler(model.vocab)
@@ -146,11 +156,14 @@ class LlamaCppBackend(Backend):
                 "--spec off for the same text",
                 spec.path.name,
             )
-        self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=how, costs=self._step_costs)
+        self._loop = StepLoop(
+            model, max_queue=spec.max_queue, drafting=how, costs=self._step_costs, adapters=self._adapters
+        )
         self._loop.start()
 
     def preflight(self, spec: LoadSpec) -> None:
         check_attention(spec)
+        check_adapter_files(spec.lora)
         if spec.speculation == "draft":
             DraftModel.check(spec)
 
@@ -207,6 +220,7 @@ class LlamaCppBackend(Backend):
             text=constraint.text_stream(options.stop) if constraint else text_stream_for(options),
             thinking=_thinking_cutter(model, options.thinking_budget),
             n_keep=options.n_keep,
+            lora=self._adapters.for_request(options.lora) if self._adapters else _no_adapters(options.lora),
         )
         loop.submit(job)  # raises QueueFull (and frees the sampler) when the slots and the queue are taken
         try:
@@ -323,6 +337,16 @@ class LlamaCppBackend(Backend):
     def decode_stats(self) -> DecodeStats | None:
         return self._loop.stats if self._loop is not None else None
 
+    def lora_adapters(self) -> tuple[LoraState, ...]:
+        return self._adapters.states() if self._adapters is not None else ()
+
+    async def set_lora_scales(self, scales: Mapping[int, float]) -> None:
+        self._loaded()
+        if self._adapters is None:
+            _no_adapters(tuple(scales.items()))
+            return
+        self._adapters.set_scales(scales)
+
     async def save_slot(self, id_slot: int, path: Path) -> SlotFile:
         return await self._slot_action(SlotAction("save", id_slot, path), SlotFile)
 
@@ -351,6 +375,9 @@ class LlamaCppBackend(Backend):
             if self._draft_model is not None:  # after the loop, which drafts with it, has stopped
                 self._draft_model.free()
                 self._draft_model = None
+            if self._adapters is not None:  # after the loop, whose context applies them
+                self._adapters.free()
+                self._adapters = None
             if self._model is not None:
                 self._model.free()
                 self._model = None
@@ -366,6 +393,17 @@ def _check_ids(tokens: Sequence[int], n_vocab: int, *, param: str) -> None:
     bad = next((token for token in tokens if not 0 <= token < n_vocab), None)
     if bad is not None:
         raise InvalidRequest(f"token id {bad} is not in the model's vocabulary (0 to {n_vocab - 1})", param=param)
+
+
+def _no_adapters(lora: tuple[tuple[int, float], ...] | None) -> tuple[float, ...]:
+    """The scales of a request to a model loaded without adapters: none. Raises InvalidRequest when it names one."""
+    if lora:
+        raise InvalidRequest(
+            f"no LoRA adapter has id {lora[0][0]}: the model was loaded without adapters",
+            param="lora",
+            hint="load some with --lora FILE",
+        )
+    return ()
 
 
 def _thinking_cutter(model: LlamaModel, budget: ThinkingBudget | None) -> ThinkingCutter | None:

@@ -25,7 +25,7 @@ from typing import Any
 import llama_cpp.llama_cpp as lc
 import numpy as np
 
-from localinfer.backends.base import not_a_reranker, reranker_refusal
+from localinfer.backends.checks import not_a_reranker, reranker_refusal
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.errors import GenerationFailed, InvalidRequest, ModelLoadError, ModelNotReady
 

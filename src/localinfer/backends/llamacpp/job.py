@@ -95,6 +95,7 @@ class Job:
     return_progress: bool = False  # chunks say how far the prompt is (llama-server's return_progress)
     id_slot: int | None = None  # the slot it runs in, once it has one
     thinking: ThinkingCutter | None = None  # a reasoning model's thinking budget, when the request set one
+    lora: tuple[float, ...] = ()  # the LoRA adapters' scales it is computed with (lora.py; (): none loaded)
 
     def reached_max_tokens(self) -> bool:
         return self.max_tokens is not None and self.generated >= self.max_tokens
@@ -198,6 +199,7 @@ class Slot:
     # computed, with the prompt's tokens after it (kv_shift.py); ``shift``: how far they have moved so far
     pending: list[tuple[Run, list[int]]] = field(default_factory=list)
     shift: int = 0
+    lora: tuple[float, ...] = ()  # the LoRA adapters' scales its cache was computed with (lora.py)
 
     @property
     def idle(self) -> bool:

@@ -28,6 +28,7 @@ from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.kv_shift import Run, can_shift, reuse_plan
 from localinfer.backends.llamacpp.logprobs import sample_with_logprob, token_logprob
+from localinfer.backends.llamacpp.lora import LoraAdapters, Scales, next_group
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import greedy_token
 from localinfer.backends.llamacpp.slot_files import Result, SlotAction, SlotActions, SlotFiles
@@ -73,11 +74,20 @@ class Drafting:
 
 class StepLoop:
     def __init__(
-        self, model: LlamaModel, *, max_queue: int, drafting: Drafting | None = None, costs: StepCosts | None = None
+        self,
+        model: LlamaModel,
+        *,
+        max_queue: int,
+        drafting: Drafting | None = None,
+        costs: StepCosts | None = None,
+        adapters: LoraAdapters | None = None,
     ) -> None:
         """``costs``: what steps cost by width, for the lengths of drafts that weigh them (None: a table measured as
-        the loop runs; no table, and no step timed, when no draft weighs them)."""
+        the loop runs; no table, and no step timed, when no draft weighs them). ``adapters``: the model's LoRA
+        adapters, which a step applies at the scales of the slots it batches (lora.py)."""
         self._model = model
+        self._adapters = adapters
+        self._group: Scales | None = None  # the adapters' scales of the slots batched in the last step
         self._drafting = drafting
         self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
         self._queue = JobQueue(self._slots, max_queue=max_queue, affinity=self._served_tokens)
@@ -196,6 +206,9 @@ class StepLoop:
     def _start(self, slot: Slot, job: Job) -> None:
         """Reuse the longest cached prefix of the prompt (unless the request opted out); at least the last prompt
         token is evaluated."""
+        if slot.lora != job.lora:  # its cache was computed with other adapters or scales: none of it serves
+            self._clear(slot)
+            slot.lora = job.lora
         reuse = min(common_prefix(slot.cached, job.prompt), len(job.prompt) - 1) if job.cache_prompt else 0
         shared = self._borrow_prefix(slot, job.prompt, reuse) if job.cache_prompt else 0
         if shared:
@@ -311,6 +324,7 @@ class StepLoop:
         best, best_n = None, reuse + MIN_SHARED_PREFIX - 1
         for other in self._slots:
             n = min(common_prefix(other.cached, prompt), len(prompt) - 1) if other is not slot else 0
+            n = n if other.lora == slot.lora else 0  # computed with other adapters' scales
             if n > best_n and (not self._n_swa or self._window_holds(other, n)):
                 best, best_n = other, n
         if best is None:
@@ -344,7 +358,8 @@ class StepLoop:
     # --- one step ---------------------------------------------------------------------------------------
 
     def _step(self) -> None:
-        generating = [s for s in self._slots if s.job is not None and s.next_token is not None]
+        group = self._next_group()  # the slots of one set of adapters' scales are batched (lora.py)
+        generating = [s for s in self._slots if s.job is not None and s.next_token is not None and s.lora == group]
         n = 0
         fed: list[tuple[Slot, list[int]]] = []
         for slot in self._slots:
@@ -369,7 +384,7 @@ class StepLoop:
             budget = min(budget, PREFILL_CHUNK_WHILE_GENERATING)
         by_priority = sorted(self._slots, key=lambda s: -s.job.priority if s.job is not None else 0)
         for slot in by_priority:  # then prompt chunks, highest priority first, as far as the budget allows
-            if slot.job is None or not slot.to_prefill or budget <= 0:
+            if slot.job is None or not slot.to_prefill or budget <= 0 or slot.lora != group:
                 continue
             take = slot.to_prefill[:budget]
             pos = len(slot.cached)
@@ -383,6 +398,8 @@ class StepLoop:
             budget -= len(take)
             fed.append((slot, take))
         self._batch.n_tokens = n
+        if self._adapters is not None:
+            self._adapters.apply(self._ctx, group)
         started = time.perf_counter()
         rc = lc.llama_decode(self._ctx, self._batch)
         if rc != 0:
@@ -411,6 +428,12 @@ class StepLoop:
         for slot in self._slots:
             if slot.job is not None and slot.batch_index >= 0:
                 self._sample(slot, slot.job)
+
+    def _next_group(self) -> Scales:
+        """The adapters' scales whose slots this step batches: each set the busy slots hold, in turn."""
+        groups = list(dict.fromkeys(s.lora for s in self._slots if s.job is not None))
+        self._group = next_group(groups, self._group) if groups else ()
+        return self._group
 
     def _add(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
         batch = self._batch

@@ -36,6 +36,7 @@ LLAMACPP_PATHS: Final = frozenset(
         "/embedding",
         "/embeddings",  # llama-server's native embeddings (OpenAI's are /v1/embeddings)
         "/apply-template",
+        "/lora-adapters",
         "/v1/rerank",  # llama-server's, under /v1/ too: not OpenAI's (OpenAI has no reranking)
         "/v1/reranking",
     }

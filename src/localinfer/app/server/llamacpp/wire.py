@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_n_predict, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias, shown_logit_bias
+from localinfer.app.server.core.lora import LoraWire, lora_pairs
 from localinfer.app.server.core.model_defaults import LLAMA_CPP, fill
 from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
@@ -77,7 +78,6 @@ _UNSUPPORTED: Final[tuple[tuple[str, Any], ...]] = (
     ("dry_multiplier", 0.0),
     ("top_n_sigma", -1.0),
     ("json_schema", None),
-    ("lora", None),
     ("image_data", None),
     ("multimodal_data", None),
     ("t_max_predict_ms", 0),
@@ -129,6 +129,7 @@ class CompletionBody(_Wire):
     n_cmpl: StrictInt | None = None  # completions of each prompt (``n``, OpenAI's name, when not given)
     n_keep: int = Field(0, ge=-1)  # the prompt's first tokens a context shift keeps (-1: all of it)
     n: StrictInt | None = None
+    lora: list[LoraWire] | None = None  # the adapters this request is served with (core/lora.py)
 
     @model_validator(mode="before")
     @classmethod
@@ -206,6 +207,7 @@ class CompletionBody(_Wire):
             timings_per_token=self.timings_per_token,
             return_progress=self.return_progress and self.stream,  # llama-server sends progress only in a stream
             n_keep=self.n_keep,
+            lora=lora_pairs(self.lora),
         )
 
     def settings(self, options: GenerationOptions, n_ctx: int, eog_ids: tuple[int, ...] = ()) -> dict[str, Any]:

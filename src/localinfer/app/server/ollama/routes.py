@@ -208,6 +208,7 @@ def _running(loaded: LoadedModelStatus, info: ModelInfo | None, expires_at: str)
         "context_length": loaded.context_length,
         "pinned": loaded.pinned,
         "kv_cache_type": {"k": loaded.cache_type_k, "v": loaded.cache_type_v} if loaded.cache_type_k else None,
+        **({"adapters": [{"path": str(a.path), "scale": a.scale} for a in loaded.adapters]} if loaded.adapters else {}),
     }
 
 

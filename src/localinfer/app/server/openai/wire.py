@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias
+from localinfer.app.server.core.lora import LoraWire, lora_pairs
 from localinfer.app.server.core.model_defaults import OPENAI, fill
 from localinfer.app.server.core.reasoning import requested_thinking, template_variables
 from localinfer.app.server.core.stops import check_stops
@@ -119,6 +120,7 @@ class _SamplingWire(_Wire):
     return_progress: bool = False  # llama-server's: a stream sends the prompt's progress while it is computed
     logit_bias: dict[str, Any] | list[Any] | None = None  # core/logit_bias.py: OpenAI's map or llama-server's list
     grammar: str | None = None  # llama-server's extension: a GBNF grammar the text follows
+    lora: list[LoraWire] | None = None  # llama-server's extension: the LoRA adapters served with (core/lora.py)
 
     @model_validator(mode="before")
     @classmethod
@@ -170,6 +172,7 @@ class _SamplingWire(_Wire):
             logprobs=self._n_logprobs(),
             timings_per_token=self.timings_per_token and self.stream,
             return_progress=self.return_progress and self.stream,
+            lora=lora_pairs(self.lora),
         )
 
     @property

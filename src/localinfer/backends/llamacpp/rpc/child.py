@@ -135,9 +135,17 @@ class RpcChildBackend(Backend):
         self._lost: dict[str, str] = {}  # endpoint -> why it is taken as gone
         self._restart = asyncio.Lock()
 
+    def preflight(self, spec: LoadSpec) -> None:
+        if spec.lora:  # the child serves the model alone: refused at start rather than served without them
+            raise ModelLoadError(
+                "LoRA adapters are not applied to a model on RPC workers (--rpc)",
+                hint="serve the model on this machine to apply --lora, or drop --lora",
+            )
+
     async def load(self, spec: LoadSpec) -> None:
         """Check the workers, start the child for ``spec`` and wait until it serves. Raises RpcWorkerLost for a
         worker that does not answer, ModelLoadError when the child fails to start (with the end of its log)."""
+        self.preflight(spec)
         if self._spec is not None:
             raise ModelLoadError("this backend already has a model loaded", hint="unload it first")
         self._vocab = await asyncio.to_thread(LlamaModel.vocab_only, Path(spec.path))
