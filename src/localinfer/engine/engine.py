@@ -694,7 +694,9 @@ async def _rendered(runner: Runner, request: ChatRequest) -> RenderedPrompt:
     if runner.template is None:
         raise ModelNotReady(f"model '{request.model}' is still loading")
     tools = request.tools if request.tool_choice != "none" else ()
-    return runner.template.render(request.messages, tools, thinking_asked(request), request.template_kwargs)
+    return runner.template.render(
+        request.messages, tools, thinking_asked(request), request.template_kwargs, ending=request.ending
+    )
 
 
 def thinking_asked(request: ChatRequest) -> Thinking:
