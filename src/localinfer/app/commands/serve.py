@@ -174,6 +174,9 @@ def add_parser(subparsers: Any) -> None:
         "--served-model-name; several, comma-separated: the first names it in answers, all are accepted",
     )
     p.add_argument(
+        "--tags", metavar="TAG[,TAG...]", help="labels listed with the model in /v1/models, as llama-server's --tags"
+    )
+    p.add_argument(
         "--strict-model-names",
         action="store_true",
         default=None,
@@ -243,7 +246,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.models.library import ModelLibrary
 
     args.model = model_named(args)
-    ctx_size, ctx_note = ctx_per_slot(args.ctx_size, args.parallel)
+    ctx_size, ctx_note = ctx_per_slot(args.ctx_size, args.parallel, unified=args.kv_unified)
     settings = settings.with_overrides(
         host=args.host,
         port=args.port,
@@ -277,7 +280,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         keep_alive=args.keep_alive,
         pin=args.pin,
         chat_template=chat_template_source(args),
-        pooling=args.pooling,
+        pooling=args.pooling or ("rank" if args.reranking else None),  # --reranking: rank pooling, as llama-server
         strict_model_names=args.strict_model_names,
         slots_endpoint=False if args.no_slots else None,
         slot_save_path=_slot_folder(args.slot_save_path),
@@ -344,6 +347,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         default_model=default,
         one_model=one_model,
         aliases=_aliases(args.alias)[1:],
+        tags=[tag.strip() for tag in (args.tags or "").split(",") if tag.strip()],
+        named_by_alias=bool(_aliases(args.alias)),
         request_defaults=RequestDefaults(
             settings.temperature,
             settings.seed,
@@ -440,7 +445,10 @@ def _run_server(app: FastAPI, settings: Settings, client: LocalClient, hosts: li
     import uvicorn
 
     from localinfer.app.server.graceful import GracefulServer, bind
+    from localinfer.app.server.header_case import UVICORN_OPTIONS
 
-    config = uvicorn.Config(app, host=hosts[0], port=settings.port, log_level=settings.log_level, access_log=False)
+    config = uvicorn.Config(  # header names go out as given (app/server/header_case.py)
+        app, host=hosts[0], port=settings.port, log_level=settings.log_level, access_log=False, **UVICORN_OPTIONS
+    )
     server = GracefulServer(config, grace=settings.shutdown_timeout, end_requests=client.shutdown)
     server.run(sockets=bind(hosts, settings.port) if len(hosts) > 1 else None)

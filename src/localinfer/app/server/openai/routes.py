@@ -33,8 +33,10 @@ router = APIRouter(
 )  # the access guard (guard.py) checks the key before the body is read
 
 
-def _model_card(name: str, created: int) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": created, "owned_by": "localinfer"}
+def _model_card(request: Request, name: str, created: int) -> dict[str, Any]:
+    """A model as OpenAI lists it, with llama-server's ``aliases`` and ``tags`` (``--alias``, ``--tags``)."""
+    labels = getattr(request.app.state, "model_labels", {}).get(name, {"aliases": [], "tags": []})
+    return {"id": name, **labels, "object": "model", "created": created, "owned_by": "localinfer"}
 
 
 @router.get("/models")
@@ -44,7 +46,7 @@ async def list_models(request: Request) -> dict[str, Any]:
     models = engine_of(request).models()
     return {
         "object": "list",
-        "data": [_model_card(m.name, m.created) for m in models],
+        "data": [_model_card(request, m.name, m.created) for m in models],
         "models": [{"name": m.name, "model": m.name, "type": "model", "capabilities": ["completion"]} for m in models],
     }
 
@@ -53,7 +55,7 @@ async def list_models(request: Request) -> dict[str, Any]:
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     for info in engine_of(request).models():
         if info.name == model_id:
-            return _model_card(info.name, info.created)
+            return _model_card(request, info.name, info.created)
     raise ModelNotFound(model_id)
 
 
