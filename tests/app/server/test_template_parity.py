@@ -57,7 +57,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
 @dataclass(frozen=True)
 class Answers:
     """What a server answered to each of REQUESTS: the status and the prompt (or the error's message) of
-    ``/apply-template``, and the prompt's token count from a one-token chat completion."""
+    ``/apply-template``, and the chat prompt's token count (``/chat/completions/input_tokens``)."""
 
     rendered: dict[str, tuple[int, str]]
     prompt_tokens: int
@@ -69,9 +69,9 @@ def answers(url: str) -> Answers:
         reply = httpx.post(f"{url}/apply-template", json=body, timeout=120)
         text = reply.json()["prompt"] if reply.status_code == 200 else reply.json()["error"]["message"]
         rendered[name] = (reply.status_code, text)
-    chat = httpx.post(f"{url}/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1}, timeout=120)
-    assert chat.status_code == 200, chat.text
-    return Answers(rendered, chat.json()["usage"]["prompt_tokens"])
+    counted = httpx.post(f"{url}/chat/completions/input_tokens", json={"messages": CHAT}, timeout=120)
+    assert counted.status_code == 200, counted.text
+    return Answers(rendered, counted.json()["input_tokens"])
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda case: " ".join((case[0], *case[1])))

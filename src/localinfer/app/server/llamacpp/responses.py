@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localinfer.app.server.core.choices import merged
-from localinfer.app.server.core.timings import speculation_body
+from localinfer.app.server.core.timings import progress_timings, speculation_body
 from localinfer.app.server.errors import llamacpp_error
 from localinfer.errors import LocalInferError
 from localinfer.types import Timings, TokenChunk, TokenLogprob, TokenStream, Usage
@@ -164,7 +164,8 @@ async def sse_stream(streams: Sequence[TokenStream], served: Sequence[Served]) -
             async for index, chunk in chunks:
                 if chunk.progress is not None:
                     progress = dataclasses.asdict(chunk.progress)
-                    yield sse({**_piece(index, chunk, predicted[index]), "prompt_progress": progress})
+                    shown = timings_body(progress_timings(chunk.progress), None)  # as llama-server's, so far
+                    yield sse({**_piece(index, chunk, predicted[index]), "timings": shown, "prompt_progress": progress})
                     continue
                 if chunk.text or chunk.tokens:
                     has_new_line[index] = has_new_line[index] or "\n" in chunk.text
