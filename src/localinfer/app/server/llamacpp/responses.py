@@ -163,9 +163,10 @@ async def sse_stream(streams: Sequence[TokenStream], served: Sequence[Served]) -
         async with aclosing(merged(streams)) as chunks:
             async for index, chunk in chunks:
                 if chunk.progress is not None:
-                    progress = dataclasses.asdict(chunk.progress)
-                    shown = timings_body(progress_timings(chunk.progress), None)  # as llama-server's, so far
-                    yield sse({**_piece(index, chunk, predicted[index]), "timings": shown, "prompt_progress": progress})
+                    event = _piece(index, chunk, predicted[index])
+                    if served[index].settings.get("timings_per_token"):  # the timings so far, as llama-server's
+                        event["timings"] = timings_body(progress_timings(chunk.progress), None)
+                    yield sse({**event, "prompt_progress": dataclasses.asdict(chunk.progress)})
                     continue
                 if chunk.text or chunk.tokens:
                     has_new_line[index] = has_new_line[index] or "\n" in chunk.text

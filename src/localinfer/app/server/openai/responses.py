@@ -89,7 +89,13 @@ class ChoiceShape(Protocol):
 
 
 async def sse_stream(
-    streams: list[TokenStream], header: StreamHeader, shape: ChoiceShape, include_usage: bool, n: int = 1
+    streams: list[TokenStream],
+    header: StreamHeader,
+    shape: ChoiceShape,
+    include_usage: bool,
+    n: int = 1,
+    *,
+    timings_per_token: bool = False,
 ) -> AsyncIterator[str]:
     """Server-sent events for one or more generations (one per choice index, ``n`` per prompt), run side by side:
     each choice's opening first, then the chunks of all choices interleaved as they come, each naming its choice's
@@ -118,8 +124,8 @@ async def sse_stream(
                 if chunk.progress is not None:  # return_progress: the choice's opening again, with the progress
                     choice = shape.opening(index) or shape.content(index, "")
                     progress = dataclasses.asdict(chunk.progress)
-                    shown_now = timings_body(progress_timings(chunk.progress))  # the timings so far, as llama-server
-                    yield sse(header.chunk([choice], **extra, timings=shown_now, prompt_progress=progress))
+                    timed = {"timings": timings_body(progress_timings(chunk.progress))} if timings_per_token else {}
+                    yield sse(header.chunk([choice], **extra, **timed, prompt_progress=progress))
                     continue
                 thought = shape.reasoning(index, chunk.reasoning) if chunk.reasoning else None
                 if thought is not None:

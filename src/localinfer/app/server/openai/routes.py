@@ -110,7 +110,10 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
     streams[0] = await unless_disconnected(request, primed(streams[0]))
     header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
     if body.stream:
-        events = sse_stream(streams, header, _ChatShape(body.logprobs), body.include_usage, body.n)
+        shape = _ChatShape(body.logprobs)
+        events = sse_stream(
+            streams, header, shape, body.include_usage, body.n, timings_per_token=body.timings_per_token
+        )
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     results = await unless_disconnected(request, collect_all(streams))
     choices = [_chat_choice(index, result, body.logprobs) for index, result in enumerate(results)]
@@ -184,7 +187,9 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
     header = StreamHeader.new("text_completion", body.model, "cmpl")
     if body.stream:
         shape = _CompletionShape(prompts, body.echo, body.logprobs is not None)
-        events = sse_stream(streams, header, shape, body.include_usage, body.n)
+        events = sse_stream(
+            streams, header, shape, body.include_usage, body.n, timings_per_token=body.timings_per_token
+        )
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     results = await unless_disconnected(request, collect_all(streams))
     choices: list[dict[str, Any]] = []
