@@ -193,6 +193,12 @@ class GenerationOptions:
 ToolChoice = str  # "auto", "none", "required", or the name of the one function to call
 
 
+# How a chat's prompt ends: "reply", ready for the assistant's reply (the template's generation prompt); "none", as
+# the turns end (llama-server's add_generation_prompt false); "continue", inside the last turn, which the model goes
+# on writing (llama-server's continue_final_message, and a last assistant turn given as a prefill).
+PromptEnd = Literal["reply", "none", "continue"]
+
+
 @dataclass(frozen=True)
 class ChatRequest:
     model: str
@@ -204,6 +210,7 @@ class ChatRequest:
     priority: Priority = "normal"
     thinking: Thinking = field(default_factory=Thinking)
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # more variables for the chat template
+    ending: PromptEnd = "reply"  # how the prompt ends (see PromptEnd)
 
 
 @dataclass(frozen=True)

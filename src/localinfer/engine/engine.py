@@ -754,7 +754,9 @@ async def _rendered(runner: Runner, request: ChatRequest) -> RenderedPrompt:
         raise ModelNotReady(f"model '{request.model}' is still loading")
     tools = request.tools if request.tool_choice != "none" else ()
     messages = with_defaults(request.messages, runner.manifest.defaults)
-    return runner.template.render(messages, tools, thinking_asked(request), request.template_kwargs)
+    return runner.template.render(
+        messages, tools, thinking_asked(request), request.template_kwargs, ending=request.ending
+    )
 
 
 def thinking_asked(request: ChatRequest) -> Thinking:

@@ -12,23 +12,25 @@ A model without a template gets a documented fallback:
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from localinfer.backends.base import ModelFacts
+from localinfer.engine.continuation import continued, reasoning_tags
+from localinfer.engine.template_env import dates, environment
 from localinfer.engine.tools import described_tools, openai_tools, template_message
 from localinfer.errors import ConfigError, InvalidRequest
-from localinfer.types import ChatMessage, Thinking, ThinkingMarkers, Tool
+from localinfer.types import ChatMessage, PromptEnd, Thinking, ThinkingMarkers, Tool
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+SYSTEM_PROBE = "System message, probed"  # a template that writes system turns writes this one
 AS_TEMPLATE_HAS_IT = Thinking()  # a chat that asks nothing of a reasoning model's thinking
 TRANSCRIPT_TEMPLATE = (
     "{% for message in messages %}{{ message.role | capitalize }}: {{ message.content }}\n\n"
@@ -46,7 +48,7 @@ def builtin_template_names() -> list[str]:
 def check_template_source(source: str, given_as: str) -> None:
     """Raises ConfigError when ``source`` is not a Jinja template that parses."""
     try:
-        _environment().from_string(source)
+        environment().from_string(source)
     except jinja2.TemplateError as exc:
         raise ConfigError(f"{given_as}: the chat template does not parse: {exc}", hint="fix the Jinja text") from None
 
@@ -65,6 +67,7 @@ class Template(Protocol):
         tools: tuple[Tool, ...] = (),
         thinking: Thinking = AS_TEMPLATE_HAS_IT,
         variables: Mapping[str, Any] | None = None,
+        ending: PromptEnd = "reply",
     ) -> RenderedPrompt: ...
 
 
@@ -105,20 +108,6 @@ def with_thinking(text: str, markers: ThinkingMarkers | None, enabled: bool | No
     return text, False
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
-    return env
-
-
-def _raise_exception(message: str) -> NoReturn:
-    raise InvalidRequest(f"the model's chat template refused the messages: {message}", param="messages")
-
-
-def _strftime_now(fmt: str) -> str:
-    return dt.datetime.now().strftime(fmt)
-
-
 class ChatTemplate:
     """Renders messages for one model. Raises InvalidRequest when the template fails on the messages."""
 
@@ -132,7 +121,7 @@ class ChatTemplate:
             source, self.kind, self._stop = CHATML_TEMPLATE, "chatml-fallback", ()
         else:
             source, self.kind, self._stop = TRANSCRIPT_TEMPLATE, "transcript-fallback", ("\nUser:",)
-        env = _environment()
+        env = environment()
         try:
             self._template = env.from_string(source)
         except jinja2.TemplateError as exc:
@@ -145,43 +134,114 @@ class ChatTemplate:
         """The model's own template renders tools (and the calls and answers that go with them)."""
         return self._knows_tools
 
+    @functools.cached_property
+    def _reasoning_tags(self) -> tuple[str, str] | None:
+        """The tags the template writes around an assistant turn's thinking (engine/continuation.py), else the
+        model's own thinking markers."""
+        found = reasoning_tags(
+            lambda messages, thinking, opened: self._text(
+                messages, (), Thinking(enabled=thinking), None, generation_prompt=opened
+            )
+        )
+        markers = self._facts.thinking
+        if found is None and markers is not None and not markers.harmony:
+            return markers.open, markers.close
+        return found
+
+    @functools.cached_property
+    def _system_role(self) -> bool:
+        """The template writes a system turn (Gemma 2's refuses one), found as llama.cpp finds it: by rendering
+        one."""
+        probe = (ChatMessage("system", SYSTEM_PROBE), ChatMessage("user", "User message"))
+        try:
+            return SYSTEM_PROBE in self._text(probe, (), AS_TEMPLATE_HAS_IT, None, generation_prompt=True)
+        except InvalidRequest:
+            return False
+
     def render(
         self,
         messages: tuple[ChatMessage, ...],
         tools: tuple[Tool, ...] = (),
         thinking: Thinking = AS_TEMPLATE_HAS_IT,
         variables: Mapping[str, Any] | None = None,
+        ending: PromptEnd = "reply",
     ) -> RenderedPrompt:
         """The prompt for ``messages``, with ``tools`` offered to the model (see engine/tools.py for a template
         that knows none), and more ``variables`` for the template (a request's ``chat_template_kwargs``); a
         reasoning model's thinking switched and its effort given as ``thinking`` says (``enable_thinking``,
-        ``reasoning_effort``, which the templates of Qwen3, gpt-oss and others read)."""
+        ``reasoning_effort``, which the templates of Qwen3, gpt-oss and others read); ending as ``ending`` says.
+        Rendered as llama-server renders it: the BOS text a template writes first is left to the tokenizer (one
+        BOS token, never two), and the last turn continued is the turns before it, the template's generation
+        prompt and that turn's text."""
         uses_tools = bool(tools) or any(m.tool_calls or m.role == "tool" for m in messages)
         if uses_tools and not self._knows_tools:
             messages, tools = described_tools(messages, tools), ()
+        if messages and messages[0].role == "system" and not self._system_role:
+            messages = without_system_turn(messages)
+        markers = self._facts.thinking
+        thinking_open = False
+        if ending == "continue" and messages:
+            head, last = messages[:-1], messages[-1]
+            closed = self._text(head, tools, thinking, variables, generation_prompt=False)
+            opened = self._text(head, tools, thinking, variables, generation_prompt=True)
+            text, thinking_open = continued(closed, opened, last, self._reasoning_tags)
+        else:
+            text = self._text(messages, tools, thinking, variables, generation_prompt=ending == "reply")
+        bos = self._facts.bos_token
+        if self._facts.add_bos and bos and text.startswith(bos):  # the tokenizer adds it, as llama.cpp strips it
+            text = text[len(bos) :]
+        if ending == "reply":
+            text, thinking_open = with_thinking(text, markers, thinking.enabled)
+        # A template that writes BOS for a model whose tokenizer adds none: its text is the one BOS token.
+        return RenderedPrompt(
+            text, self._stop, add_special=not (bos and text.startswith(bos)), thinking_open=thinking_open
+        )
+
+    def _text(
+        self,
+        messages: tuple[ChatMessage, ...],
+        tools: tuple[Tool, ...],
+        thinking: Thinking,
+        variables: Mapping[str, Any] | None,
+        *,
+        generation_prompt: bool,
+    ) -> str:
+        """The template's text for ``messages``, given the variables llama.cpp's renderer gives (and in its order:
+        ``chat_template_kwargs`` over the rest, ``add_generation_prompt`` only when true). Raises InvalidRequest
+        when the template fails."""
         context: dict[str, Any] = {
-            **(variables or {}),  # never in place of what follows
             "messages": [template_message(m, self._facts.thinking) for m in messages],
-            "add_generation_prompt": True,
             "bos_token": self._facts.bos_token,
             "eos_token": self._facts.eos_token,
-            "tools": openai_tools(tools) if tools else None,
-            "documents": None,
+            # llama-server: on unless turned off (for a template that reads it, one that can think)
+            "enable_thinking": thinking.enabled is not False,
         }
-        if thinking.enabled is not None:
-            context["enable_thinking"] = thinking.enabled
+        if tools:
+            context["tools"] = openai_tools(tools)
+        context.update(dates())
         if thinking.effort is not None:
             context["reasoning_effort"] = thinking.effort
+        context.update(variables or {})
+        if thinking.enabled is not None:  # what the request decided, over a kwarg it overrode
+            context["enable_thinking"] = thinking.enabled
+        if generation_prompt:
+            context["add_generation_prompt"] = True
         try:
-            text = self._template.render(**context)
+            return self._template.render(**context)
         except InvalidRequest:
             raise
         except Exception as exc:  # a template can fail in any way: sandbox refusals, type errors, bad filters
             raise InvalidRequest(f"the model's chat template failed: {exc}", param="messages") from exc
-        # A template that writes BOS itself must not get a second one from the tokenizer.
-        starts_with_bos = bool(self._facts.bos_token) and text.startswith(self._facts.bos_token)
-        text, thinking_open = with_thinking(text, self._facts.thinking, thinking.enabled)
-        return RenderedPrompt(text, self._stop, add_special=not starts_with_bos, thinking_open=thinking_open)
+
+
+def without_system_turn(messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
+    """``messages`` for a template without a system turn, as llama.cpp gives them to one: the system text put
+    before the next turn's on a line of its own (dropped when nothing follows)."""
+    system, rest = messages[0], messages[1:]
+    if not rest:
+        return rest
+    first = dataclasses.replace(rest[0], content=f"{system.content}\n{rest[0].content}")
+    return (first, *rest[1:])
 
 
 class BuiltinChatTemplate:
@@ -203,18 +263,22 @@ class BuiltinChatTemplate:
         tools: tuple[Tool, ...] = (),
         thinking: Thinking = AS_TEMPLATE_HAS_IT,
         variables: Mapping[str, Any] | None = None,
+        ending: PromptEnd = "reply",
     ) -> RenderedPrompt:
         """As ``ChatTemplate.render``; llama.cpp's built-in templates read no variables, so thinking is only
-        switched off (by an empty block after the prompt)."""
+        switched off (by an empty block after the prompt). A prompt that does not end with the reply's opening
+        ends as the turns end (as llama-server without Jinja renders it)."""
         from localinfer.backends.llamacpp.chat_builtin import apply_builtin_template
 
         if tools or any(m.tool_calls or m.role == "tool" for m in messages):
             messages = described_tools(messages, tools)
         turns = [(m.role, m.content) for m in messages]
         try:
-            text = apply_builtin_template(self._name, turns)
+            text = apply_builtin_template(self._name, turns, add_assistant=ending == "reply")
         except ValueError as exc:
             raise InvalidRequest(str(exc), param="messages") from exc
         starts_with_bos = bool(self._facts.bos_token) and text.startswith(self._facts.bos_token)
-        text, thinking_open = with_thinking(text, self._facts.thinking, thinking.enabled)
+        thinking_open = False
+        if ending == "reply":
+            text, thinking_open = with_thinking(text, self._facts.thinking, thinking.enabled)
         return RenderedPrompt(text, (), add_special=not starts_with_bos, thinking_open=thinking_open)

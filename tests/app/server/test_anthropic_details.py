@@ -143,3 +143,18 @@ def test_empty_messages_with_a_system_text_answer_it(claude: anthropic.Anthropic
     assert message.usage.output_tokens > 0
     counted = claude.messages.count_tokens(model=model_name, system="Say hello.", messages=[])
     assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == counted.input_tokens
+
+
+def test_a_last_assistant_turn_is_a_prefill_continued_as_llama_server_continues_it(
+    llama: str, smollm2_server: Server, model_name: str
+) -> None:
+    turns = [*ASK, {"role": "assistant", "content": "The capital of France is"}]
+    body = {"model": model_name, "max_tokens": 4, "messages": turns, **GREEDY}
+    theirs = httpx.post(f"{llama}/v1/messages", json=body, timeout=120)
+    ours = httpx.post(f"{smollm2_server.url}/v1/messages", json=body, timeout=120)
+    assert ours.status_code == theirs.status_code == 200, (theirs.text, ours.text)
+
+    def prompt(usage: dict[str, int]) -> int:
+        return usage["input_tokens"] + usage["cache_read_input_tokens"]
+
+    assert prompt(ours.json()["usage"]) == prompt(theirs.json()["usage"])  # the turn left open, as there

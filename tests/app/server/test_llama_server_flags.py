@@ -37,7 +37,7 @@ LLAMA_SERVER_LINE = (
     "--seed", "42", "--temp", "0", "--n-predict", "6",
     "-c", "2048", "-np", "2",
     "--alias", "first-name,second-name",
-    "--no-slots", "--jinja", "--metrics", "--embeddings", "--reranking", "--slots", "--kv-unified", "--no-webui",
+    "--no-slots", "--jinja", "--metrics", "--embeddings", "--slots", "--no-webui",
     "--cont-batching",
 )  # fmt: skip
 
@@ -163,3 +163,17 @@ def test_a_model_given_with_llama_servers_m_flag_is_served(smollm2: Manifest, te
         assert reply.json()["model"] in [
             m["id"] for m in httpx.get(f"{server.url}/v1/models", timeout=30).json()["data"]
         ]
+
+
+def test_models_list_the_aliases_and_tags_as_llama_server_lists_them(
+    smollm2: Manifest, test_home: Path, tmp_path: Path
+) -> None:
+    flags = ("-c", "512", "--alias", "second-name,first-name", "--tags", "tag-b,tag-a")
+    with llama_server(smollm2.path, tmp_path, *flags) as url:
+        theirs = httpx.get(f"{url}/v1/models", timeout=60).json()["data"][0]
+    with serving(smollm2.name, test_home, tmp_path, *flags) as server:
+        ours = httpx.get(f"{server.url}/v1/models", timeout=60).json()["data"]
+    served = next(card for card in ours if card["id"] == "second-name")  # the first given names it (docs say why)
+    assert served["aliases"] == theirs["aliases"] == ["first-name", "second-name"]
+    assert served["tags"] == theirs["tags"] == ["tag-a", "tag-b"]
+    assert all(card["aliases"] == [] and card["tags"] == [] for card in ours if card is not served)

@@ -30,6 +30,14 @@ CHAT: dict[str, Any] = {
     ]
 }
 TEXTS = ["The cat sat on the mat.", "A dog ran in the park."]
+# every input shape llama-server's /v1/embeddings takes, in one list: a text, ids with text mixed in, a content
+# object, a prompt_string object (ids and text mixed there too)
+MIXED_INPUT: list[Any] = [
+    TEXTS[0],
+    [504, " sat", 997, " on"],
+    {"content": [{"type": "text", "text": TEXTS[1]}]},
+    {"prompt_string": [504, " ran"]},
+]
 PROMPT_OBJECT = {"prompt": {"prompt_string": "The capital of France is"}, "n_predict": 8, "temperature": 0}
 PREFLIGHT = {
     "Origin": "http://localhost:5173",
@@ -55,6 +63,8 @@ def llama_server_answers(
     with llama_server(smollm2_embed.path, log_dir, "-c", "2048", "-np", "1", "--embeddings") as url:
         answers["embeddings"] = httpx.post(f"{url}/embeddings", json={"content": TEXTS}, timeout=120).json()
         answers["embeddings-input"] = httpx.post(f"{url}/embeddings", json={"input": TEXTS[0]}, timeout=120).json()
+        answers["v1-mixed"] = httpx.post(f"{url}/v1/embeddings", json={"input": MIXED_INPUT}, timeout=120).json()
+        answers["v1-one-mixed"] = httpx.post(f"{url}/v1/embeddings", json={"input": MIXED_INPUT[1]}, timeout=120).json()
     return answers
 
 
@@ -176,6 +186,20 @@ def test_embeddings_take_content_objects_and_lists_mixing_text_and_token_ids(emb
     # "content" in place of "input" is llama-server's, and gets its native shape even under /v1
     native = httpx.post(f"{url}/v1/embeddings", json={"content": TEXTS[0]}, timeout=120).json()
     assert isinstance(native, list) and close(native[0]["embedding"][0], plain)
+
+
+@pytest.mark.parametrize("asked", ["v1-mixed", "v1-one-mixed"])
+def test_v1_embeddings_take_every_input_shape_llama_server_takes_with_its_vectors(
+    asked: str, embed_server: Server, llama_server_answers: dict[str, Any]
+) -> None:
+    given = MIXED_INPUT if asked == "v1-mixed" else MIXED_INPUT[1]
+    reply = httpx.post(f"{embed_server.url}/v1/embeddings", json={"input": given}, timeout=120)
+    assert reply.status_code == 200, reply.text
+    ours, theirs = reply.json(), llama_server_answers[asked]
+    assert ours["usage"]["prompt_tokens"] == theirs["usage"]["prompt_tokens"]
+    assert len(ours["data"]) == len(theirs["data"]) == (len(MIXED_INPUT) if asked == "v1-mixed" else 1)
+    for mine, reference in zip(ours["data"], theirs["data"], strict=True):
+        assert close(mine["embedding"], reference["embedding"])
 
 
 def test_native_embeddings_refuse_what_they_cannot_do_in_llama_servers_shape(embed_server: Server) -> None:

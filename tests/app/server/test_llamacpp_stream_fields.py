@@ -123,3 +123,25 @@ def test_a_chat_stream_carries_progress_and_timings_as_llama_servers_does(
     )
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in ours if e["choices"])
     assert text == "".join(e["choices"][0]["delta"].get("content") or "" for e in theirs if e["choices"])
+
+
+@pytest.mark.parametrize("route", ["completion", "chat"])
+def test_progress_events_carry_the_timings_so_far_when_asked_as_llama_servers_do(
+    route: str, server: Server, llama_server_events: dict[str, Any]
+) -> None:
+    theirs = [e for e in llama_server_events["progress" if route == "completion" else "chat"] if "prompt_progress" in e]
+    asked = (ASKS["progress"], "/completion") if route == "completion" else (CHAT, "/v1/chat/completions")
+    ours = [e for e in events(server.url, *asked) if "prompt_progress" in e]
+    if route == "completion":  # not asked for timings_per_token: no timings, as there
+        assert not any("timings" in e for e in theirs) and not any("timings" in e for e in ours)
+        ours = [
+            e for e in events(server.url, {**ASKS["progress"], "timings_per_token": True}) if "prompt_progress" in e
+        ]
+    else:
+        assert all("timings" in e for e in theirs)
+        assert set(ours[-1]["timings"]) == set(theirs[-1]["timings"])
+    assert all("timings" in e for e in ours)
+    for event in ours:
+        timings, progress = event["timings"], event["prompt_progress"]
+        assert timings["cache_n"] == progress["cache"] and timings["predicted_n"] == 0
+        assert timings["prompt_n"] == progress["processed"] - progress["cache"]

@@ -244,3 +244,23 @@ def test_a_reranker_asked_to_embed_or_generate_is_a_400_saying_so(rerank_server:
         error = reply.json()["error"]
         message = error if isinstance(error, str) else error["message"]
         assert f"model '{model}' is a reranker" in message and says in message, (path, message)
+
+
+# --- a model that states no rank pooling, served with --reranking --------------------------------------------------
+
+
+def test_reranking_flag_reranks_with_the_model_served_as_llama_server_does(
+    smollm2: Manifest, test_home: Path, tmp_path: Path
+) -> None:
+    settings = ("--reranking", "-c", str(CTX), "-np", "1")
+    with llama_server(smollm2.path, tmp_path, *settings, "-fa", "on") as url:
+        theirs = httpx.post(f"{url}/v1/rerank", json=PANDA, timeout=300).json()
+    with serving(smollm2.name, test_home, tmp_path, *settings) as server:
+        reply = post(server, "/v1/rerank", PANDA)
+        assert reply.status_code == 200, reply.text
+        assert "names no rank head" in server.output()
+    ours = reply.json()
+    assert ours["usage"] == theirs["usage"]
+    assert [r["index"] for r in ours["results"]] == [r["index"] for r in theirs["results"]]
+    mine, llama = ranked_scores(ours), ranked_scores(theirs)
+    assert max(abs(mine[i] - llama[i]) for i in llama) <= TOLERANCE, (mine, llama)

@@ -17,9 +17,17 @@ _ACCEPTED: tuple[tuple[tuple[str, ...], str], ...] = (
     (("--no-jinja",), "accepted and ignored: chat templates are always rendered as Jinja here"),
     (("--metrics",), "accepted: GET /metrics is always on (Prometheus text, llamacpp:* series too)"),
     (("--embedding", "--embeddings"), "accepted: embeddings are always served, by models that can embed"),
-    (("--reranking", "--rerank"), "accepted: reranking is always served, by models that can rerank"),
+    (
+        ("--reranking", "--rerank"),
+        "serve the model as a reranker (--pooling rank), as llama-server does; a model that states rank pooling "
+        "is one without it",
+    ),
     (("--slots",), "accepted: GET /slots is on unless --no-slots"),
-    (("--kv-unified", "-kvu"), "accepted: each slot has its own part of the KV cache here (see --ctx-size)"),
+    (
+        ("--kv-unified", "-kvu"),
+        "with --parallel N: each request may use the whole --ctx-size, as llama-server's unified cache lets one; "
+        "each slot keeps it in a cache of its own (N times the memory), so a request never waits for room",
+    ),
     (("--no-webui",), "accepted: localinfer serves no web page (its app runs in the terminal)"),
     (("--cont-batching", "-cb"), "accepted: requests are always batched together"),
 )
@@ -200,19 +208,30 @@ def chat_template_source(args: argparse.Namespace) -> str | None:
     return text
 
 
-def ctx_per_slot(ctx_size: int | None, parallel: int | None) -> tuple[int | None, str | None]:
+CTX_ALIGNMENT = 256  # llama.cpp rounds each sequence's context up to a multiple of this (llama-context.cpp)
+
+
+def ctx_per_slot(ctx_size: int | None, parallel: int | None, *, unified: bool = False) -> tuple[int | None, str | None]:
     """Each slot's context, and a line that says how it was read: ``--ctx-size C`` alone is each request's
     context; given with ``--parallel N`` it is the whole cache, split into N slots of C/N tokens, as llama-server
-    splits it (so ``-c 8192 -np 4`` takes the memory it takes there, not four times it). Raises ConfigError when
-    C/N is under one token."""
+    splits it (so ``-c 8192 -np 4`` takes the memory it takes there, not four times it), rounded up to a multiple
+    of 256 as llama.cpp rounds it (``-c 256 -np 4``: 256 tokens a slot). With ``unified``
+    (``--kv-unified``) each slot may use all C tokens, as one request may in llama-server's shared cache; here
+    each slot has a cache of its own, C long. Raises ConfigError when C/N is under one token."""
     if not ctx_size or not parallel or parallel <= 1:
         return ctx_size, None
+    if unified:
+        return ctx_size, (
+            f"--ctx-size {ctx_size} with --parallel {parallel} and --kv-unified: each request may use all "
+            f"{ctx_size} tokens; each slot has its own cache ({parallel} x {ctx_size} tokens of memory)"
+        )
     per_slot = ctx_size // parallel
     if per_slot < 1:
         raise ConfigError(
             f"--ctx-size {ctx_size} split into {parallel} slots leaves none a token",
             hint="give a larger --ctx-size or fewer --parallel slots",
         )
+    per_slot = -(-per_slot // CTX_ALIGNMENT) * CTX_ALIGNMENT
     return per_slot, f"--ctx-size {ctx_size} with --parallel {parallel}: {per_slot} tokens per slot, as llama-server"
 
 

@@ -174,6 +174,9 @@ def add_parser(subparsers: Any) -> None:
         "--served-model-name; several, comma-separated: the first names it in answers, all are accepted",
     )
     p.add_argument(
+        "--tags", metavar="TAG[,TAG...]", help="labels listed with the model in /v1/models, as llama-server's --tags"
+    )
+    p.add_argument(
         "--strict-model-names",
         action="store_true",
         default=None,
@@ -232,7 +235,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.models.library import ModelLibrary
 
     args.model = model_named(args)
-    ctx_size, ctx_note = ctx_per_slot(args.ctx_size, args.parallel)
+    ctx_size, ctx_note = ctx_per_slot(args.ctx_size, args.parallel, unified=args.kv_unified)
     settings = settings.with_overrides(
         host=args.host,
         port=args.port,
@@ -266,7 +269,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         keep_alive=args.keep_alive,
         pin=args.pin,
         chat_template=chat_template_source(args),
-        pooling=args.pooling,
+        pooling=args.pooling or ("rank" if args.reranking else None),  # --reranking: rank pooling, as llama-server
         lora=args.lora,
         lora_init_without_apply=args.lora_init_without_apply,
         strict_model_names=args.strict_model_names,
@@ -314,7 +317,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
         stack.engine.check_plan(preload)  # a model this machine cannot run (vLLM's without its GPU) fails here
         message = f"localinfer: serving {preload.name} on {url}/v1"
-    app = server_app(stack, hosts, preload=preload, aliases=_aliases(args.alias)[1:])
+    app = server_app(
+        stack,
+        hosts,
+        preload=preload,
+        aliases=_aliases(args.alias)[1:],
+        tags=[tag.strip() for tag in (args.tags or "").split(",") if tag.strip()],
+        named_by_alias=bool(_aliases(args.alias)),
+    )
     if ctx_note:
         print(f"localinfer: {ctx_note}", flush=True)
     print(message, flush=True)
@@ -389,7 +399,10 @@ def _run_server(app: FastAPI, settings: Settings, client: LocalClient, hosts: li
     import uvicorn
 
     from localinfer.app.server.graceful import GracefulServer, bind
+    from localinfer.app.server.header_case import UVICORN_OPTIONS
 
-    config = uvicorn.Config(app, host=hosts[0], port=settings.port, log_level=settings.log_level, access_log=False)
+    config = uvicorn.Config(  # header names go out as given (app/server/header_case.py)
+        app, host=hosts[0], port=settings.port, log_level=settings.log_level, access_log=False, **UVICORN_OPTIONS
+    )
     server = GracefulServer(config, grace=settings.shutdown_timeout, end_requests=client.shutdown)
     server.run(sockets=bind(hosts, settings.port) if len(hosts) > 1 else None)

@@ -213,6 +213,7 @@ def api_server(
     import uvicorn
 
     from localinfer.app.server.graceful import GracefulServer
+    from localinfer.app.server.header_case import UVICORN_OPTIONS
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -223,7 +224,9 @@ def api_server(
         raise ConfigError(
             f"cannot serve on {settings.host}:{settings.port}: {exc.strerror}", hint="pick another with --port N"
         ) from exc
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    config = uvicorn.Config(  # header names go out as 'localinfer serve' writes them (app/server/header_case.py)
+        app, host=settings.host, port=settings.port, log_level="warning", access_log=False, **UVICORN_OPTIONS
+    )
     server = GracefulServer(
         config, grace=settings.shutdown_timeout, end_requests=end_requests or app.state.engine.shutdown
     )

@@ -23,6 +23,7 @@ from localinfer.app.server.core.dialect import dialect_for
 from localinfer.app.server.disconnect import ClientDisconnected, client_disconnected_response
 from localinfer.app.server.errors import error_body_for, error_for, headers_for
 from localinfer.app.server.guard import AccessGuard, AccessPolicy
+from localinfer.app.server.header_case import HeaderCase
 from localinfer.app.server.limits import BodyLimits
 from localinfer.app.server.llamacpp.embeddings import router as llamacpp_embeddings_router
 from localinfer.app.server.llamacpp.infill import router as llamacpp_infill_router
@@ -57,6 +58,8 @@ def create_app(
     default_model: str | None = None,
     one_model: str | None = None,
     aliases: Sequence[str] = (),
+    tags: Sequence[str] = (),
+    named_by_alias: bool = False,
     request_defaults: RequestDefaults | None = None,
     slots_endpoint: bool = True,
     client: LocalClient | None = None,
@@ -74,7 +77,9 @@ def create_app(
     ``one_model``, when given, is the model a request naming any model nobody serves gets, as llama-server
     answers: the model of a server started with one (``core/model_name.py``).
 
-    ``aliases`` are more names of the default model (``--alias a,b,c``: ``b`` and ``c``); ``request_defaults``
+    ``aliases`` are more names of the default model (``--alias a,b,c``: ``b`` and ``c``; ``named_by_alias``: its
+    name is ``a``), ``tags`` its labels (``--tags``), listed with it in ``/v1/models`` as llama-server lists them;
+    ``request_defaults``
     what a request leaves unset is served with (``--seed``, ``--temp``, ``--n-predict``); without
     ``slots_endpoint``, GET /slots answers 501 (``--no-slots``).
 
@@ -98,6 +103,9 @@ def create_app(
     app.state.default_model = default_model or (preload.name if preload is not None else None)
     app.state.one_model = one_model  # any name nobody serves gets this model (core/model_name.py)
     app.state.aliases = {alias: default_model for alias in aliases if default_model}
+    if default_model:  # llama-server lists every --alias name (none without one) and --tags, sorted
+        named = sorted({default_model, *aliases}) if named_by_alias else []
+        app.state.model_labels = {default_model: {"aliases": named, "tags": sorted(set(tags))}}
     app.state.request_defaults = request_defaults or RequestDefaults()
     app.state.slots_endpoint = slots_endpoint
     app.include_router(openai_router)
@@ -122,7 +130,8 @@ def create_app(
     policy = access or AccessPolicy()
     if api_key is not None:
         policy = dataclasses.replace(policy, api_key=api_key)
-    app.add_middleware(AccessGuard, policy=policy)  # outermost: before the relay, routing and any body is read
+    app.add_middleware(AccessGuard, policy=policy)  # before the relay, routing and any body is read
+    app.add_middleware(HeaderCase)  # outermost: names spelt as llama-server writes them, as they leave
 
     @app.get("/health")
     @app.get("/v1/health")  # llama-server answers both

@@ -55,13 +55,16 @@ def server_app(
     *,
     preload: Manifest | None = None,
     aliases: Sequence[str] = (),
+    tags: Sequence[str] = (),
+    named_by_alias: bool = False,
 ) -> FastAPI:
     """The app serving ``stack``'s engine on ``hosts`` (the first is the one it is bound to, the others are
     allowed as host names) as ``stack.settings`` say. ``preload``: the model loaded at start, which a request
     naming none gets (without one, the ``model`` setting's when it is here), and, as llama-server serves the one
     model it is started with, any name nobody serves gets too (unless models are pinned or the
-    ``strict_model_names`` setting is on); ``aliases``: more names of it. Raises ModelNotFound for a pinned model
-    that is not here."""
+    ``strict_model_names`` setting is on); ``aliases``: more names of it; ``named_by_alias``: whether ``--alias``
+    named it (llama-server then lists the aliases in ``/v1/models``); ``tags``: its labels (``--tags``). Raises
+    ModelNotFound for a pinned model that is not here."""
     settings = stack.settings
     default_model = preload.name if preload is not None else _known(stack.models, settings.model)
     one_model = preload.name if preload is not None and not settings.pin and not settings.strict_model_names else None
@@ -78,6 +81,8 @@ def server_app(
         default_model=default_model,
         one_model=one_model,
         aliases=aliases,
+        tags=tags,
+        named_by_alias=named_by_alias,
         request_defaults=request_defaults(settings),
         slots_endpoint=settings.slots_endpoint,
         client=stack.client,

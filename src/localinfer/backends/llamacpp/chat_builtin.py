@@ -20,15 +20,16 @@ def builtin_template_names() -> list[str]:
     return [name.decode() for name in found if name]
 
 
-def apply_builtin_template(name: str, turns: Sequence[tuple[str, str]]) -> str:
-    """``turns`` (role, text) through llama.cpp's template ``name``, ending with the assistant's opening. Raises
+def apply_builtin_template(name: str, turns: Sequence[tuple[str, str]], *, add_assistant: bool = True) -> str:
+    """``turns`` (role, text) through llama.cpp's template ``name``, ending with the assistant's opening (unless
+    not ``add_assistant``). Raises
     ValueError when llama.cpp has no such template or cannot apply it."""
     encoded = [(role.encode(), text.encode()) for role, text in turns]
     chat = (lc.llama_chat_message * max(len(encoded), 1))(*(lc.llama_chat_message(r, t) for r, t in encoded))
     size = 4096 + 2 * sum(len(r) + len(t) for r, t in encoded)
     for _ in range(2):
         buffer = ctypes.create_string_buffer(size)
-        n = lc.llama_chat_apply_template(name.encode(), chat, len(encoded), True, buffer, size)
+        n = lc.llama_chat_apply_template(name.encode(), chat, len(encoded), add_assistant, buffer, size)
         if n < 0:
             raise ValueError(f"llama.cpp has no chat template named {name!r}")
         if n <= size:

@@ -52,6 +52,11 @@ class Embedder:
         self._lock = threading.Lock()  # held while decoding: ``free`` waits for a decode whose requester left
         self._closed = False
         self.is_reranker = model.stated_pooling() == lc.LLAMA_POOLING_TYPE_RANK  # its context scores pairs
+        if self.is_reranker and not model.has_rank_head():
+            log.warning(
+                "served as a reranker (rank pooling) though its metadata names no rank head: each pair's score is "
+                "the first number of its last token's output, as llama-server scores it"
+            )
 
     def _open(self) -> lc.llama_context_p:
         """The context, made on first use with the model's pooling: the one asked for (``--pooling``), else the

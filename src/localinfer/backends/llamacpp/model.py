@@ -264,6 +264,9 @@ class LlamaModel:
             spec.cache_type_v,
             spec.flash_attn,
         )
+        # llama.cpp rounds each sequence's context up to a multiple of 256 cells (-c 256 -np 4: 256 a slot, as in
+        # llama-server): a slot may use what it holds
+        n_ctx = int(lc.llama_n_ctx_seq(ctx))
         n_layer = int(lc.llama_model_n_layer(model))
         offloaded = min(mparams.n_gpu_layers, n_layer + 1) if lc.llama_supports_gpu_offload() else 0
         if placed is not None:
@@ -343,6 +346,10 @@ class LlamaModel:
             return POOLING_TYPES[self.pooling]
         stated = self.meta(f"{self.meta('general.architecture')}.pooling_type")
         return int(stated) if stated is not None and stated.lstrip("-").isdigit() else None
+
+    def has_rank_head(self) -> bool:
+        """The GGUF states rank pooling: a reranker by its file, not only by ``--pooling rank``."""
+        return self.meta(f"{self.meta('general.architecture')}.pooling_type") == str(lc.LLAMA_POOLING_TYPE_RANK)
 
     def facts(self) -> ModelFacts:
         template = lc.llama_model_chat_template(self.model, None)

@@ -12,8 +12,9 @@ answering the call with that id (the function's name taken from that call); ``to
 - ``tool_choice`` ``{"type": "tool", "name"}`` makes the model call that function (llama-server lets it call any
   of them), ``{"type": "none"}`` offers none, and ``disable_parallel_tool_use`` keeps only the first call;
 - what would change the answer and cannot be honoured is a 400 naming the field, never dropped: image and
-  document blocks, a last assistant turn (a prefill for the model to continue), Anthropic's own tools (web
-  search, bash, the text editor...), ``mcp_servers``, ``container``, ``context_management``;
+  document blocks, Anthropic's own tools (web search, bash, the text editor...), ``mcp_servers``, ``container``,
+  ``context_management``;
+- a last assistant turn is a prefill: the model continues it, and the answer holds what it adds;
 - ``output_config.format`` (and the beta's ``output_format``) of type ``json_schema`` constrains the answer to
   the schema, as ``response_format`` does on the OpenAI routes;
 - a ``tool_result`` with ``is_error`` reads ``Error: <content>`` to the model.
@@ -242,12 +243,6 @@ class _Conversation(_Wire):
             raise InvalidRequest("containers (code execution) are not supported", param="container")
         if self.context_management is not None:
             raise InvalidRequest("context management is not supported", param="context_management")
-        last = len(self.messages) - 1
-        if self.messages and self.messages[last].role == "assistant":
-            raise InvalidRequest(
-                "a last assistant turn (a prefill for the model to continue) is not supported; end with a user turn",
-                param=f"messages.{last}",
-            )
 
     def core_messages(self) -> tuple[ChatMessage, ...]:
         """The system text and the turns as core messages. Raises InvalidRequest naming the block at fault."""
@@ -306,6 +301,8 @@ class _Conversation(_Wire):
             keep_alive=keep_alive_seconds(self.keep_alive),
             thinking=self.thinking.to_core() if self.thinking else requested_thinking(),
             template_kwargs=template_variables(self.chat_template_kwargs),
+            # a last assistant turn is a prefill the model continues, as Anthropic and llama-server serve it
+            ending="continue" if self.messages and self.messages[-1].role == "assistant" else "reply",
         )
 
     @property

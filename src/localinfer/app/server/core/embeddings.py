@@ -20,17 +20,24 @@ from localinfer.errors import InvalidRequest
 MAX_INPUTS = 2048  # OpenAI's own bound on one request's inputs
 MAX_TOKEN_ROWS = 16384  # under --pooling none: the most token vectors one answer holds
 
-_SHAPES = 'a string, an array of token ids, or a list of strings, arrays of token ids and {"content": text} objects'
+_SHAPES = (
+    "a string, an array of token ids (text mixed in), or a list of strings, arrays of token ids (text mixed in), "
+    '{"content": text} and {"prompt_string": text} objects'
+)
+
+# An input as given: a text, token ids, or token ids and texts mixed (llama-server's tokenize_mixed), which
+# ``tokenized`` turns into ids.
+GivenInput = str | list[int] | list[int | str]
 
 
-def embedding_inputs(given: Any, param: str) -> list[EmbeddingInput]:
-    """``given`` as inputs to embed, in any shape llama-server takes: a text, token ids, or a list of texts, token
-    id lists and ``{"content": text or [{"type": "text", "text"}]}`` objects, mixed. Raises InvalidRequest for another
-    shape, none, or more than MAX_INPUTS."""
+def embedding_inputs(given: Any, param: str) -> list[GivenInput]:
+    """``given`` as inputs to embed, in any shape llama-server takes: a text, token ids (texts mixed in), or a list
+    of texts, token id lists (texts mixed in), ``{"content": text or [{"type": "text", "text"}]}`` and
+    ``{"prompt_string": ...}`` objects. Raises InvalidRequest for another shape, none, or more than MAX_INPUTS."""
     if isinstance(given, str):
-        inputs: list[EmbeddingInput] = [given]
-    elif isinstance(given, list) and given and all(_is_token(x) for x in given):
-        inputs = [list(given)]
+        inputs: list[GivenInput] = [given]
+    elif isinstance(given, list) and any(_is_token(x) for x in given):  # one prompt, as llama-server reads it
+        inputs = [_one_input(given, param)]
     elif isinstance(given, list):
         inputs = [_one_input(x, param) for x in given]
     else:
@@ -42,11 +49,17 @@ def embedding_inputs(given: Any, param: str) -> list[EmbeddingInput]:
     return inputs
 
 
-def _one_input(value: Any, param: str) -> EmbeddingInput:
+def _one_input(value: Any, param: str) -> GivenInput:
     if isinstance(value, str):
         return value
     if _is_tokens(value):
         return list(value)
+    if isinstance(value, list) and value and all(_is_token(x) or isinstance(x, str) for x in value):
+        return list(value)
+    if isinstance(value, dict) and "prompt_string" in value and "content" not in value:
+        if value.get("multimodal_data"):
+            raise InvalidRequest("multimodal_data needs a multimodal projector, which this server has not", param=param)
+        return _one_input(value["prompt_string"], param)
     if isinstance(value, dict) and isinstance(value.get("content"), str):
         return str(value["content"])
     if isinstance(value, dict) and isinstance(value.get("content"), list):
@@ -65,10 +78,29 @@ def _is_tokens(value: object) -> bool:
     return isinstance(value, list) and all(_is_token(x) for x in value)
 
 
-async def native_embeddings(request: Request, model: str, inputs: list[EmbeddingInput], *, normalize: bool) -> Response:
-    """llama-server's answer for ``inputs``: each pooled vector (L2-normalised with ``normalize``) as a row, or
+async def tokenized(engine: Engine, model: str, given: list[GivenInput]) -> list[EmbeddingInput]:
+    """``given`` for ``engine.embed``: texts and ids as they are; ids and texts mixed as ids, each text tokenized
+    as llama-server tokenizes it (control tokens' text read as such, BOS only before a text that comes first)."""
+    inputs: list[EmbeddingInput] = []
+    for one in given:
+        if isinstance(one, str) or all(_is_token(x) for x in one):
+            inputs.append(one)  # type: ignore[arg-type]  # a text, or ids alone
+            continue
+        ids: list[int] = []
+        for i, part in enumerate(one):
+            if isinstance(part, str):
+                ids.extend(await engine.tokenize(model, part, add_special=i == 0, parse_special=True))
+            else:
+                ids.append(part)
+        inputs.append(ids)
+    return inputs
+
+
+async def native_embeddings(request: Request, model: str, given: list[GivenInput], *, normalize: bool) -> Response:
+    """llama-server's answer for ``given``: each pooled vector (L2-normalised with ``normalize``) as a row, or
     under pooling none each token's vector, a row each."""
     engine: Engine = request.app.state.engine
+    inputs = await tokenized(engine, model, given)
     if (await engine.facts(model)).pooling == "none" and _most_tokens(inputs) > MAX_TOKEN_ROWS:
         raise InvalidRequest(
             f"under --pooling none each token is a vector, and these inputs may be more than {MAX_TOKEN_ROWS} tokens",

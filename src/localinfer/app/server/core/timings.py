@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localinfer.types import Timings
+from localinfer.types import PromptProgress, Timings
 
 
 def speculation_body(t: Timings) -> dict[str, int]:
@@ -17,3 +17,9 @@ def speculation_body(t: Timings) -> dict[str, int]:
     if t.cache_shifted_n:
         body["cache_shifted_n"] = t.cache_shifted_n
     return body
+
+
+def progress_timings(progress: PromptProgress) -> Timings:
+    """The timings so far of a prompt being computed, as llama-server sends them with its ``prompt_progress``: the
+    tokens reused, those computed and the time taken; nothing generated yet."""
+    return Timings(float(progress.time_ms), 0.0, max(progress.processed - progress.cache, 0), 0, cache_n=progress.cache)

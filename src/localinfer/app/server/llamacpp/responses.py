@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localinfer.app.server.core.choices import merged
-from localinfer.app.server.core.timings import speculation_body
+from localinfer.app.server.core.timings import progress_timings, speculation_body
 from localinfer.app.server.errors import llamacpp_error
 from localinfer.errors import LocalInferError
 from localinfer.types import Timings, TokenChunk, TokenLogprob, TokenStream, Usage
@@ -163,8 +163,10 @@ async def sse_stream(streams: Sequence[TokenStream], served: Sequence[Served]) -
         async with aclosing(merged(streams)) as chunks:
             async for index, chunk in chunks:
                 if chunk.progress is not None:
-                    progress = dataclasses.asdict(chunk.progress)
-                    yield sse({**_piece(index, chunk, predicted[index]), "prompt_progress": progress})
+                    event = _piece(index, chunk, predicted[index])
+                    if served[index].settings.get("timings_per_token"):  # the timings so far, as llama-server's
+                        event["timings"] = timings_body(progress_timings(chunk.progress), None)
+                    yield sse({**event, "prompt_progress": dataclasses.asdict(chunk.progress)})
                     continue
                 if chunk.text or chunk.tokens:
                     has_new_line[index] = has_new_line[index] or "\n" in chunk.text

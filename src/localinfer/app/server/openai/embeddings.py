@@ -22,11 +22,16 @@ import pydantic_core
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from localinfer.app.server.core.embeddings import check_pooled, embedding_inputs, native_embeddings
+from localinfer.app.server.core.embeddings import (
+    GivenInput,
+    check_pooled,
+    embedding_inputs,
+    native_embeddings,
+    tokenized,
+)
 from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
-from localinfer.backends.base import EmbeddingInput
 from localinfer.engine.engine import Engine
 from localinfer.errors import InvalidRequest
 
@@ -51,7 +56,7 @@ class EmbeddingsBody(BaseModel):
         """Whether the inputs came as llama-server's ``content``, which it answers in its own shape."""
         return self.input is None and self.content is not None
 
-    def inputs(self) -> list[EmbeddingInput]:
+    def inputs(self) -> list[GivenInput]:
         """The inputs, each a text or token ids. Raises InvalidRequest for another shape, none, or too many."""
         if self.input is None and self.content is None:
             raise InvalidRequest("input (or llama-server's content) is required", param="input")
@@ -65,7 +70,8 @@ async def embeddings(body: EmbeddingsBody, request: Request) -> Response:
     await check_pooled(engine, model)  # llama-server's OpenAI route refuses it, whatever shape is asked
     if body.native:
         return await native_embeddings(request, model, body.inputs(), normalize=True)
-    result = await unless_disconnected(request, engine.embed(model, body.inputs(), normalize=True))
+    inputs = await tokenized(engine, model, body.inputs())
+    result = await unless_disconnected(request, engine.embed(model, inputs, normalize=True))
     n_dimensions = len(result.vectors[0])
     if body.dimensions is not None and body.dimensions != n_dimensions:
         raise InvalidRequest(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from localinfer.app.server.core.choices import choices_usage, merged
-from localinfer.app.server.core.timings import speculation_body
+from localinfer.app.server.core.timings import progress_timings, speculation_body
 from localinfer.app.server.errors import finish_reason_for, openai_error
 from localinfer.errors import LocalInferError
 from localinfer.types import Timings, TokenLogprob, TokenStream, ToolCall, Usage
@@ -33,14 +33,18 @@ def usage_body(usage: Usage | None) -> dict[str, Any] | None:
 
 
 def timings_body(t: Timings | None) -> dict[str, Any] | None:
+    """llama-server's ``timings`` (the same figures as on its own routes), None without any."""
     if t is None:
         return None
     return {
+        "cache_n": t.cache_n,
         "prompt_n": t.prompt_n,
         "prompt_ms": round(t.prompt_ms, 3),
+        "prompt_per_token_ms": round(t.prompt_ms / t.prompt_n, 3) if t.prompt_n else 0.0,
         "prompt_per_second": round(t.prompt_per_second, 2),
         "predicted_n": t.predicted_n,
         "predicted_ms": round(t.predicted_ms, 3),
+        "predicted_per_token_ms": round(t.predicted_ms / (t.predicted_n - 1), 3) if t.predicted_n > 1 else 0.0,
         "predicted_per_second": round(t.predicted_per_second, 2),
         **speculation_body(t),
     }
@@ -85,7 +89,13 @@ class ChoiceShape(Protocol):
 
 
 async def sse_stream(
-    streams: list[TokenStream], header: StreamHeader, shape: ChoiceShape, include_usage: bool, n: int = 1
+    streams: list[TokenStream],
+    header: StreamHeader,
+    shape: ChoiceShape,
+    include_usage: bool,
+    n: int = 1,
+    *,
+    timings_per_token: bool = False,
 ) -> AsyncIterator[str]:
     """Server-sent events for one or more generations (one per choice index, ``n`` per prompt), run side by side:
     each choice's opening first, then the chunks of all choices interleaved as they come, each naming its choice's
@@ -113,7 +123,9 @@ async def sse_stream(
             async for index, chunk in chunks:
                 if chunk.progress is not None:  # return_progress: the choice's opening again, with the progress
                     choice = shape.opening(index) or shape.content(index, "")
-                    yield sse(header.chunk([choice], **extra, prompt_progress=dataclasses.asdict(chunk.progress)))
+                    progress = dataclasses.asdict(chunk.progress)
+                    timed = {"timings": timings_body(progress_timings(chunk.progress))} if timings_per_token else {}
+                    yield sse(header.chunk([choice], **extra, **timed, prompt_progress=progress))
                     continue
                 thought = shape.reasoning(index, chunk.reasoning) if chunk.reasoning else None
                 if thought is not None:

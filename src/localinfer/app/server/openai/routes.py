@@ -41,8 +41,10 @@ router = APIRouter(
 )  # the access guard (guard.py) checks the key before the body is read
 
 
-def _model_card(name: str, created: int) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": created, "owned_by": "localinfer"}
+def _model_card(request: Request, name: str, created: int) -> dict[str, Any]:
+    """A model as OpenAI lists it, with llama-server's ``aliases`` and ``tags`` (``--alias``, ``--tags``)."""
+    labels = getattr(request.app.state, "model_labels", {}).get(name, {"aliases": [], "tags": []})
+    return {"id": name, **labels, "object": "model", "created": created, "owned_by": "localinfer"}
 
 
 @router.get("/models")
@@ -53,7 +55,7 @@ async def list_models(request: Request) -> dict[str, Any]:
     models = engine_of(request).models()
     return {
         "object": "list",
-        "data": [_model_card(m.name, m.created) for m in models],
+        "data": [_model_card(request, m.name, m.created) for m in models],
         "models": [
             {"name": m.name, "model": m.name, "type": "model", "capabilities": llama_server_capabilities(m)}
             for m in models
@@ -71,7 +73,7 @@ def llama_server_capabilities(model: ModelInfo) -> list[str]:
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     for info in engine_of(request).models():
         if info.name == model_id:
-            return _model_card(info.name, info.created)
+            return _model_card(request, info.name, info.created)
     raise ModelNotFound(model_id)
 
 
@@ -126,7 +128,10 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
     streams[0] = await unless_disconnected(request, primed(streams[0]))
     header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
     if body.stream:
-        events = sse_stream(streams, header, _ChatShape(body.logprobs), body.include_usage, body.n)
+        shape = _ChatShape(body.logprobs)
+        events = sse_stream(
+            streams, header, shape, body.include_usage, body.n, timings_per_token=body.timings_per_token
+        )
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     results = await unless_disconnected(request, collect_all(streams))
     choices = [_chat_choice(index, result, body.logprobs) for index, result in enumerate(results)]
@@ -200,7 +205,9 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
     header = StreamHeader.new("text_completion", body.model, "cmpl")
     if body.stream:
         shape = _CompletionShape(prompts, body.echo, body.logprobs is not None)
-        events = sse_stream(streams, header, shape, body.include_usage, body.n)
+        events = sse_stream(
+            streams, header, shape, body.include_usage, body.n, timings_per_token=body.timings_per_token
+        )
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     results = await unless_disconnected(request, collect_all(streams))
     choices: list[dict[str, Any]] = []

@@ -27,6 +27,7 @@ from localinfer.types import (
     GenerationOptions,
     InfillRequest,
     Priority,
+    PromptEnd,
     ResponseFormat,
     SamplingParams,
     Thinking,
@@ -197,8 +198,14 @@ class ReasoningWire(_Wire):
         budget = self.reasoning_budget_tokens
         if budget is None:
             budget = self.thinking_budget_tokens
+        switch = self._template_variables().get("enable_thinking")  # over --reasoning, as llama-server has it
+        if switch is not None and not isinstance(switch, bool):
+            raise InvalidRequest(
+                f'invalid type for "enable_thinking" (expected boolean, got {type(switch).__name__})',
+                param="chat_template_kwargs.enable_thinking",
+            )
         return requested_thinking(
-            enabled=False if effort == "none" else None,
+            enabled=False if effort == "none" else switch,
             budget=budget,
             effort=None if effort in (None, "none") else effort,
             reasoning_format=self.reasoning_format,
@@ -216,6 +223,8 @@ class ChatCompletionBody(_SamplingWire, ReasoningWire):
     tool_choice: Literal["auto", "none", "required"] | NamedChoice | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    add_generation_prompt: bool = True  # llama-server's: the prompt ends with the reply's opening
+    continue_final_message: bool | str = False  # llama-server's (and vLLM's): the model goes on with the last turn
 
     def _n_logprobs(self) -> int | None:
         if self.top_logprobs and not self.logprobs:
@@ -225,6 +234,7 @@ class ChatCompletionBody(_SamplingWire, ReasoningWire):
     def to_core(self) -> ChatRequest:
         if self.grammar and self.tools:  # llama-server's refusal: the tools' own grammar would be replaced
             raise InvalidRequest("Cannot use custom grammar constraints with tools.", param="grammar")
+        self._check_messages()
         tools, tool_choice = tools_to_core(self.tools, self.tool_choice)
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         response_format = self.response_format.to_core() if self.response_format else ResponseFormat()
@@ -238,7 +248,40 @@ class ChatCompletionBody(_SamplingWire, ReasoningWire):
             priority=self.priority or "normal",
             thinking=self._thinking(),
             template_kwargs=self._template_variables(),
+            ending=self._ending(),
         )
+
+    def _check_messages(self) -> None:
+        """Raises InvalidRequest for the turns llama-server refuses: one without ``content`` (an assistant's may
+        have ``tool_calls`` in its place)."""
+        for message in self.messages:
+            given = message.model_fields_set
+            if message.role != "assistant" and "content" not in given:
+                raise InvalidRequest("All non-assistant messages must contain 'content'", param="messages")
+            if message.role == "assistant" and "content" not in given and "tool_calls" not in given:
+                raise InvalidRequest(
+                    "Assistant message must contain either 'content' or 'tool_calls'!", param="messages"
+                )
+
+    def _ending(self) -> PromptEnd:
+        """How the prompt ends, as llama-server decides it: a last assistant turn is a prefill the model continues.
+        Raises InvalidRequest where llama-server answers 400."""
+        continues = self.continue_final_message in (True, "content", "reasoning_content")
+        generation_prompt = self.add_generation_prompt
+        if not continues and self.messages[-1].role == "assistant":
+            if len(self.messages) >= 2 and self.messages[-2].role == "assistant":
+                raise InvalidRequest(
+                    "Cannot have 2 or more assistant messages at the end of the list.", param="messages"
+                )
+            continues, generation_prompt = True, False
+        if continues and generation_prompt:
+            raise InvalidRequest(
+                "Cannot set both add_generation_prompt and continue_final_message to true.",
+                param="add_generation_prompt",
+            )
+        if continues and self.messages[-1].role == "assistant" and self.messages[-1].tool_calls:
+            raise InvalidRequest("Cannot continue an assistant message that contains tool calls.", param="messages")
+        return "continue" if continues else "reply" if generation_prompt else "none"
 
 
 class CompletionBody(_SamplingWire):
