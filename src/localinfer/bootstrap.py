@@ -47,7 +47,11 @@ def local_stack(
     library = library or ModelLibrary.from_settings(settings)
     hardware = hardware or detect()
     models: ModelSource = ServedModels(library, served, original=original) if names_only else library
-    served_as = {served.name: ServedAs(settings.chat_template, settings.pooling or "")} if served is not None else {}
+    served_as = (
+        {served.name: ServedAs(settings.chat_template, settings.pooling or "", settings.mmproj)}
+        if served is not None
+        else {}
+    )
     backends = engine_backends(settings.engine)  # Hugging Face folders on the engine the settings name
     engine = Engine(settings, models, backends, hardware=hardware, served_as=served_as, rpc_devices=rpc_devices)
     client = LocalClient(engine, library, settings, serving=serving)

@@ -90,6 +90,10 @@ class LoadSpec:
     context_shift: bool = False  # a generation at the end of its context drops the oldest half and goes on
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take offloaded layers
     tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, RPC workers first; (): by memory
+    mmproj: Path | None = None  # the projector (mmproj GGUF) that lets the model see or hear (llama.cpp's mtmd)
+    mmproj_offload: bool = True  # the projector computes on the GPU where there is one (llama-server's default)
+    image_min_tokens: int = -1  # fewest and most tokens an image becomes, for projectors of dynamic resolution (-1:
+    image_max_tokens: int = -1  # as the projector's file says)
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ class ModelFacts:
     pooling: str = "mean"  # how its embeddings are pooled (mean, cls, last, rank; none: one vector per token)
     thinking: ThinkingMarkers | None = None  # how it writes its thinking, for a reasoning model
     devices: tuple[DeviceUse, ...] = ()  # where its memory is, per device (llama.cpp); (): not reported
+    modalities: tuple[str, ...] = ()  # what it takes besides text through its projector: vision, audio
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,8 @@ class DecodeStats:
     draft_accepted: int = 0  # of those, the ones kept
     draft_steps: int = 0  # verifications (steps that verified a draft)
     accepted_at: list[int] = dataclasses.field(default_factory=list)  # kept draft tokens by place in their draft
+    media_tokens: int = 0  # image and sound embeddings decoded (projector models; not in prompt_tokens)
+    encode_seconds: float = 0.0  # the projector's time encoding them
 
     def decoded(self, *, busy: int, longest: int, prompt_tokens: int, seconds: float) -> None:
         """One decode, with ``busy`` slots holding a request and ``prompt_tokens`` of prompt (taking ``seconds``)."""
@@ -197,6 +204,11 @@ class DecodeStats:
         if prompt_tokens:
             self.prompt_tokens += prompt_tokens
             self.prompt_seconds += seconds
+
+    def media(self, tokens: int, encode_seconds: float) -> None:
+        """A picture or sound of ``tokens`` embeddings decoded, its encoding taking ``encode_seconds``."""
+        self.media_tokens += tokens
+        self.encode_seconds += encode_seconds
 
     def ended(self, sampled: int, seconds: float) -> None:
         """A request ended having sampled ``sampled`` tokens, ``seconds`` from its first to its last."""

@@ -97,6 +97,7 @@ class ServedAs:
 
     chat_template: str | None = None
     pooling: str = ""
+    mmproj: Path | None = None  # its projector, in place of the one paired with it (--mmproj)
 
 
 NOT_OVERRIDDEN: Final = ServedAs()
@@ -168,6 +169,10 @@ class Engine:
             draft_max=s.draft_max,
             draft_min=s.draft_min,
             pooling=self._served(manifest.name).pooling,
+            mmproj=self._projector_path(manifest),
+            mmproj_offload=s.mmproj_offload,
+            image_min_tokens=s.image_min_tokens,
+            image_max_tokens=s.image_max_tokens,
         )
         if self._asks_kv_cache_types():
             spec = dataclasses.replace(
@@ -203,6 +208,14 @@ class Engine:
             cache_type_k=chosen.cache_type_k,
             cache_type_v=chosen.cache_type_v,
         )
+
+    def _projector_path(self, manifest: Manifest) -> Path | None:
+        """The projector to load with ``manifest``'s model: --mmproj's for the served model, else the one paired
+        with it in the store; none with --no-mmproj."""
+        if self._settings.no_mmproj:
+            return None
+        given = self._served(manifest.name).mmproj
+        return given or (manifest.projector.path if manifest.projector is not None else None)
 
     def _served(self, name: str) -> ServedAs:
         return self._served_as.get(name, NOT_OVERRIDDEN)
@@ -597,6 +610,7 @@ class Engine:
             options=options,
             add_special=rendered.add_special,
             priority=request.priority,
+            media=tuple(part for message in request.messages for part in message.media),
         )
         reply = chat_reply(
             self._generate(runner, generation, started),
@@ -624,6 +638,7 @@ class Engine:
             options=request.options,
             tokens=request.tokens,
             priority=request.priority,
+            media=request.media,
         )
         async with aclosing(self._generate(runner, generation, started)) as chunks:
             async for chunk in chunks:

@@ -33,6 +33,7 @@ from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.draft_model import DraftModel
 from localinfer.backends.llamacpp.embedder import Embedder, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
+from localinfer.backends.llamacpp.media import MediaSpans, Projector, is_media
 from localinfer.backends.llamacpp.model import LlamaModel, check_attention
 from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
 from localinfer.backends.llamacpp.rerank import rerank_prompts
@@ -43,7 +44,7 @@ from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
 from localinfer.backends.llamacpp.thinking_budget import ThinkingCutter
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
-from localinfer.types import PRIORITY_RANK, GenerationRequest, ThinkingBudget, TokenStream
+from localinfer.types import PRIORITY_RANK, GenerationOptions, GenerationRequest, ThinkingBudget, TokenStream
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -120,9 +121,19 @@ class LlamaCppBackend(Backend):
         self._longest_token = 1
         self._embedder: Embedder | None = None  # made on the first embedding request
         self._embedding = asyncio.Lock()  # one embedding decode at a time; unload waits for it
+        self._projector: Projector | None = None  # what lets it see or hear (--mmproj)
+        self._name = ""
 
     async def load(self, spec: LoadSpec) -> None:
         model = await asyncio.to_thread(LlamaModel.load, spec)
+        self._name = spec.name or spec.path.name
+        if spec.mmproj is not None:
+            try:
+                self._projector = await asyncio.to_thread(Projector.load, spec, model)
+            except BaseException:
+                model.free()
+                raise
+            _without_shifts(model)
         if spec.speculation == "draft":
             try:
                 self._draft_model = await asyncio.to_thread(DraftModel.load, spec, model)
@@ -130,6 +141,8 @@ class LlamaCppBackend(Backend):
                 model.free()
                 raise
         self._facts = model.facts()
+        if self._projector is not None:
+            self._facts = dataclasses.replace(self._facts, modalities=self._projector.modalities)
         if self._draft_model is not None:  # its weights are loaded for this model: /api/ps counts them
             self._facts = dataclasses.replace(
                 self._facts, model_bytes=self._facts.model_bytes + self._draft_model.model_bytes
@@ -146,7 +159,9 @@ class LlamaCppBackend(Backend):
                 "--spec off for the same text",
                 spec.path.name,
             )
-        self._loop = StepLoop(model, max_queue=spec.max_queue, drafting=how, costs=self._step_costs)
+        self._loop = StepLoop(
+            model, max_queue=spec.max_queue, drafting=how, costs=self._step_costs, projector=self._projector
+        )
         self._loop.start()
 
     def preflight(self, spec: LoadSpec) -> None:
@@ -168,15 +183,35 @@ class LlamaCppBackend(Backend):
     async def generate(self, request: GenerationRequest) -> TokenStream:
         model, loop = self._loaded()
         options = check_bounds(request.options, n_ctx=model.n_ctx, n_vocab=lc.llama_vocab_n_tokens(model.vocab))
-        if request.tokens:
+        media: MediaSpans | None = None
+        if request.media:
+            prompt, media = await self._media_prompt(model, request)
+        elif request.tokens:
             prompt = list(request.tokens)
             _check_ids(prompt, lc.llama_vocab_n_tokens(model.vocab), param="prompt")
         else:
             prompt = await self._tokenize_prompt(model, request)
-        if not prompt:
-            raise InvalidRequest("the prompt is empty", param="prompt")
-        if len(prompt) >= model.n_ctx:
-            raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx)
+        try:
+            if not prompt:
+                raise InvalidRequest("the prompt is empty", param="prompt")
+            if len(prompt) >= model.n_ctx:
+                raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx)
+        except BaseException:
+            if media is not None:
+                media.free()
+            raise
+        async for chunk in self._generate(model, loop, request, options, prompt, media):
+            yield chunk
+
+    async def _generate(
+        self,
+        model: LlamaModel,
+        loop: StepLoop,
+        request: GenerationRequest,
+        options: GenerationOptions,
+        prompt: list[int],
+        media: MediaSpans | None,
+    ) -> TokenStream:
         sampling = resolve_logit_bias(
             options.sampling,
             tokenize=functools.partial(model.tokenize, add_special=False, parse_special=False),
@@ -207,6 +242,7 @@ class LlamaCppBackend(Backend):
             text=constraint.text_stream(options.stop) if constraint else text_stream_for(options),
             thinking=_thinking_cutter(model, options.thinking_budget),
             n_keep=options.n_keep,
+            media=media,
         )
         loop.submit(job)  # raises QueueFull (and frees the sampler) when the slots and the queue are taken
         try:
@@ -214,6 +250,35 @@ class LlamaCppBackend(Backend):
                 yield chunk
         finally:
             job.cancelled = True
+
+    async def _media_prompt(self, model: LlamaModel, request: GenerationRequest) -> tuple[list[int], MediaSpans]:
+        """The prompt's tokens with its pictures and sounds in their places (media.py). Raises InvalidRequest when
+        the model has no projector, for media it cannot read, and for a prompt of token ids or one that ends with
+        a picture (its reply starts from a token's logits)."""
+        projector = self._projector
+        kinds = sorted({part.kind for part in request.media})
+        if projector is None:
+            raise InvalidRequest(
+                f"model '{self._name}' cannot take {' or '.join(kinds)} input: it was loaded without a projector",
+                param="messages",
+                hint="serve it with its mmproj file (--mmproj FILE), or send text only",
+            )
+        if request.tokens:
+            raise InvalidRequest("a prompt of token ids cannot carry media", param="prompt")
+        fewest = -(-len(request.prompt) // self._longest_token)
+        if fewest >= model.n_ctx:
+            raise ContextLengthExceeded(n_prompt=fewest, n_ctx=model.n_ctx, at_least=True)
+        prompt, spans = await asyncio.to_thread(
+            projector.tokenize,
+            request.prompt,
+            request.media,
+            add_special=request.add_special,
+            parse_special=request.parse_special,
+        )
+        if prompt and is_media(prompt[-1]):
+            spans.free()
+            raise InvalidRequest("the prompt ends with a picture or sound: put text after it", param="prompt")
+        return prompt, spans
 
     async def _tokenize_prompt(self, model: LlamaModel, request: GenerationRequest) -> list[int]:
         # a character is at least a byte: a prompt of more characters than the context's tokens could cover is too
@@ -351,6 +416,9 @@ class LlamaCppBackend(Backend):
             if self._draft_model is not None:  # after the loop, which drafts with it, has stopped
                 self._draft_model.free()
                 self._draft_model = None
+            if self._projector is not None:  # after the loop, which decodes with it
+                self._projector.free()
+                self._projector = None
             if self._model is not None:
                 self._model.free()
                 self._model = None
@@ -359,6 +427,15 @@ class LlamaCppBackend(Backend):
         if self._loop is None:
             return SlotUsage()
         return self._loop.usage()
+
+
+def _without_shifts(model: LlamaModel) -> None:
+    """A model with a projector neither shifts its context nor moves cached runs, as llama-server's: positions of a
+    picture's embeddings are not a token's to move."""
+    if model.context_shift or model.cache_reuse:
+        log.info("a model with a projector neither shifts its context nor reuses moved runs of its cache")
+    model.context_shift = False
+    model.cache_reuse = 0
 
 
 def _check_ids(tokens: Sequence[int], n_vocab: int, *, param: str) -> None:

@@ -28,6 +28,7 @@ from localinfer.backends.llamacpp.dispatch import JobQueue
 from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.kv_shift import Run, can_shift, reuse_plan
 from localinfer.backends.llamacpp.logprobs import sample_with_logprob, token_logprob
+from localinfer.backends.llamacpp.media import Projector, media_affinity, text_run
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import greedy_token
 from localinfer.backends.llamacpp.slot_files import Result, SlotAction, SlotActions, SlotFiles
@@ -73,11 +74,19 @@ class Drafting:
 
 class StepLoop:
     def __init__(
-        self, model: LlamaModel, *, max_queue: int, drafting: Drafting | None = None, costs: StepCosts | None = None
+        self,
+        model: LlamaModel,
+        *,
+        max_queue: int,
+        drafting: Drafting | None = None,
+        costs: StepCosts | None = None,
+        projector: Projector | None = None,
     ) -> None:
         """``costs``: what steps cost by width, for the lengths of drafts that weigh them (None: a table measured as
-        the loop runs; no table, and no step timed, when no draft weighs them)."""
+        the loop runs; no table, and no step timed, when no draft weighs them). ``projector``: what decodes the
+        pictures and sounds of prompts (media.py)."""
         self._model = model
+        self._projector = projector
         self._drafting = drafting
         self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
         self._queue = JobQueue(self._slots, max_queue=max_queue, affinity=self._served_tokens)
@@ -197,6 +206,8 @@ class StepLoop:
         """Reuse the longest cached prefix of the prompt (unless the request opted out); at least the last prompt
         token is evaluated."""
         reuse = min(common_prefix(slot.cached, job.prompt), len(job.prompt) - 1) if job.cache_prompt else 0
+        if job.media is not None:  # a picture is decoded whole
+            reuse = job.media.align(job.prompt, reuse)
         shared = self._borrow_prefix(slot, job.prompt, reuse) if job.cache_prompt else 0
         if shared:
             reuse = shared
@@ -227,7 +238,9 @@ class StepLoop:
         job.shifted_tokens = shifted
         job.t_prefill_start = time.perf_counter()
         job.report_progress(len(slot.cached))  # the request has started: nothing computed yet
-        if self._drafting is not None:  # made here, not at submit: a draft model drafts in the slot's sequence
+        if (
+            self._drafting is not None and job.media is None
+        ):  # made here, not at submit: a draft model drafts in the slot's sequence
             d = self._drafting
             job.speculation = Speculation(
                 d.source(job.prompt, slot.seq_id),
@@ -239,7 +252,8 @@ class StepLoop:
     def _served_tokens(self, slot: Slot, prompt: list[int]) -> int:
         """How many of ``prompt``'s tokens ``slot``'s cache serves: its prefix, and the runs it would move."""
         prefix = common_prefix(slot.cached, prompt)
-        return prefix + sum(run.length for run in self._runs(slot, prompt, min(prefix, len(prompt) - 1)))
+        served = prefix + sum(run.length for run in self._runs(slot, prompt, min(prefix, len(prompt) - 1)))
+        return served if self._projector is None else media_affinity(slot.cached, prompt, served)
 
     def _runs(self, slot: Slot, prompt: list[int], reuse: int) -> list[Run]:
         """The runs of ``slot``'s cache past the ``reuse`` tokens it shares with ``prompt`` that ``prompt`` has
@@ -344,6 +358,8 @@ class StepLoop:
     # --- one step ---------------------------------------------------------------------------------------
 
     def _step(self) -> None:
+        if self._projector is not None:
+            self._decode_media(self._projector)
         generating = [s for s in self._slots if s.job is not None and s.next_token is not None]
         n = 0
         fed: list[tuple[Slot, list[int]]] = []
@@ -371,7 +387,9 @@ class StepLoop:
         for slot in by_priority:  # then prompt chunks, highest priority first, as far as the budget allows
             if slot.job is None or not slot.to_prefill or budget <= 0:
                 continue
-            take = slot.to_prefill[:budget]
+            take = slot.to_prefill[:budget] if slot.job.media is None else text_run(slot.to_prefill, budget)
+            if not take:  # a picture comes next: decoded at the next step's start
+                continue
             pos = len(slot.cached)
             for i, token in enumerate(take):
                 last = i == len(take) - 1 and len(take) == len(slot.to_prefill) and not slot.pending
@@ -383,6 +401,8 @@ class StepLoop:
             budget -= len(take)
             fed.append((slot, take))
         self._batch.n_tokens = n
+        if n == 0:  # only pictures were decoded this step
+            return
         started = time.perf_counter()
         rc = lc.llama_decode(self._ctx, self._batch)
         if rc != 0:
@@ -411,6 +431,29 @@ class StepLoop:
         for slot in self._slots:
             if slot.job is not None and slot.batch_index >= 0:
                 self._sample(slot, slot.job)
+
+    def _decode_media(self, projector: Projector) -> None:
+        """Decode the picture or sound each prompting slot has reached, each in a decode of its own, as llama-server
+        does (media.py); text of other slots is batched after. A failure fails that request alone."""
+        for slot in self._slots:
+            job = slot.job
+            chunk = job.media.at(slot.to_prefill[0]) if job and job.media and slot.to_prefill else None
+            if job is None or chunk is None:
+                continue
+            try:
+                done = projector.decode(self._ctx, chunk, len(slot.cached), slot.seq_id, self._model.n_batch)
+            except RuntimeError as exc:
+                log.error("request %s: a media part failed: %s", job.request_id, exc)
+                job.fail(GenerationFailed(f"the picture or sound could not be computed: {exc}"))
+                self._release(slot)
+                self._clear(slot)
+                continue
+            slot.cached.extend(slot.to_prefill[: chunk.n_pos])
+            slot.to_prefill = slot.to_prefill[chunk.n_pos :]
+            job.media_decoded += chunk.n_tokens
+            job.encode_ms += done.encode_ms
+            self.stats.media(chunk.n_tokens, done.encode_ms / 1000.0)
+            job.report_progress(len(slot.cached))
 
     def _add(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
         batch = self._batch
