@@ -14,6 +14,7 @@ from localinfer.types import (
     DEFAULT_KV_CACHE_TYPE,
     GenerationOptions,
     GenerationRequest,
+    MediaPart,
     ThinkingMarkers,
     TokenStream,
 )
@@ -329,6 +330,11 @@ class Backend(ABC):
     async def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         """``text`` as the model's token ids. Raises InvalidRequest where the backend cannot say."""
         raise InvalidRequest(f"tokenizing is not supported by the {self.name} backend")
+
+    async def count_media_prompt(self, text: str, media: Sequence[MediaPart], *, add_special: bool) -> int:
+        """How many tokens ``text`` is with ``media`` in place of its media markers. Raises InvalidRequest where
+        the model takes no media."""
+        raise InvalidRequest(f"images and sounds are not supported by the {self.name} backend", param="messages")
 
     async def detokenize(self, tokens: Sequence[int]) -> list[TokenPiece]:
         """Each of ``tokens`` with the bytes it stands for. Raises InvalidRequest for an id outside the

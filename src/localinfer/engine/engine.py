@@ -77,6 +77,7 @@ from localinfer.types import (
     CompletionRequest,
     GenerationRequest,
     InfillRequest,
+    MediaPart,
     ModelInfo,
     Thinking,
     ThinkingBudget,
@@ -466,6 +467,13 @@ class Engine:
             ),
         )
 
+    async def count_media_prompt(self, model: str, text: str, media: Sequence[MediaPart], *, add_special: bool) -> int:
+        """How many tokens ``text`` is for ``model`` with ``media`` in place of its media markers (an image as the
+        tokens its projector makes of it). Raises InvalidRequest where the model takes no media."""
+        return await self._with_runner(
+            model, lambda r: r.backend.count_media_prompt(text, media, add_special=add_special)
+        )
+
     async def detokenize(self, model: str, tokens: Sequence[int]) -> list[TokenPiece]:
         """Each of ``tokens`` with the bytes it stands for in ``model``. Raises InvalidRequest for an id outside
         its vocabulary."""
@@ -666,6 +674,8 @@ class Engine:
         if runner.backend.facts.reranker:
             raise reranker_refusal(f"model '{runner.name}'", "generate text")
         check_supported(runner.backend.name, runner.backend.capabilities, generation.options)
+        if generation.media:
+            check_media(runner.name, runner.backend, generation.media)
         chunks = self._in_flight.stream(runner.backend.generate(generation))
         return self.metrics.observe(runner.manifest.name, chunks, started=started)
 
@@ -732,3 +742,24 @@ def _able(runner: Runner, capability: str, what: str) -> Backend:
 
 def _new_id() -> str:
     return uuid.uuid4().hex
+
+
+def check_media(name: str, backend: Backend, media: Sequence[MediaPart]) -> None:
+    """Refuse media ``name``'s backend cannot take: a model without a projector, or one whose engine is relayed
+    (vLLM takes images on the OpenAI routes, relayed to it as they are)."""
+    kinds = sorted({part.kind for part in media})
+    taken = {"image": "vision", "audio": "audio"}
+    if all(taken[kind] in backend.facts.modalities for kind in kinds):
+        return
+    what = " or ".join(kinds)
+    if backend.name != "llamacpp":
+        raise InvalidRequest(
+            f"model '{name}' takes {what} input on the OpenAI routes only, which relay it to {backend.name}",
+            param="messages",
+            hint="send the request to /v1/chat/completions",
+        )
+    raise InvalidRequest(
+        f"model '{name}' cannot take {what} input: it was loaded without a projector that does",
+        param="messages",
+        hint="serve it with its mmproj file (--mmproj FILE), or send text only",
+    )

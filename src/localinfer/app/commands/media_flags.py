@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from localinfer.config import Settings
 from localinfer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from localinfer.app.server.core.media import MediaLimits
 
 
 def add_media_flags(p: argparse.ArgumentParser) -> None:
@@ -64,3 +68,16 @@ def media_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "image_max_tokens": args.image_max_tokens,
         "allow_image_urls": args.allow_image_urls,
     }
+
+
+def media_limits(settings: Settings) -> MediaLimits:
+    """The server's limits on images and sounds in requests, from the settings."""
+    from localinfer.app.server.core.media import MediaLimits
+
+    return MediaLimits(
+        allow_urls=settings.allow_image_urls,
+        url_max_bytes=settings.media_url_max_bytes,
+        url_timeout=settings.media_url_timeout,
+        max_parts=settings.max_media,
+        max_pixels=settings.max_image_pixels,
+    )

@@ -18,7 +18,7 @@ from localinfer.app.commands.llama_server_flags import (
     hosts_of,
     model_named,
 )
-from localinfer.app.commands.media_flags import add_media_flags, media_overrides
+from localinfer.app.commands.media_flags import add_media_flags, media_limits, media_overrides
 from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.app.commands.pull import machine_fits
 from localinfer.errors import ConfigError, LocalInferError
@@ -357,6 +357,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             template_kwargs=settings.chat_template_kwargs,
         ),
         slots_endpoint=settings.slots_endpoint,
+        media_limits=media_limits(settings),
         client=stack.client,
         access=access,
         max_body=settings.max_body,

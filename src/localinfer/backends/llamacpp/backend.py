@@ -44,7 +44,14 @@ from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
 from localinfer.backends.llamacpp.thinking_budget import ThinkingCutter
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
-from localinfer.types import PRIORITY_RANK, GenerationOptions, GenerationRequest, ThinkingBudget, TokenStream
+from localinfer.types import (
+    PRIORITY_RANK,
+    GenerationOptions,
+    GenerationRequest,
+    MediaPart,
+    ThinkingBudget,
+    TokenStream,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -294,6 +301,12 @@ class LlamaCppBackend(Backend):
     async def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         model, _ = self._loaded()
         return await asyncio.to_thread(model.tokenize, text, add_special=add_special, parse_special=parse_special)
+
+    async def count_media_prompt(self, text: str, media: Sequence[MediaPart], *, add_special: bool) -> int:
+        request = GenerationRequest("count", text, GenerationOptions(), add_special=add_special, media=tuple(media))
+        prompt, spans = await self._media_prompt(self._loaded()[0], request)
+        spans.free()
+        return len(prompt)
 
     async def detokenize(self, tokens: Sequence[int]) -> list[TokenPiece]:
         model, _ = self._loaded()
