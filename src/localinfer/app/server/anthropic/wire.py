@@ -93,8 +93,8 @@ class ImageSource(_Wire):
 class Block(_Wire):
     """A content block. ``text``: ``text``; ``tool_use``: ``id``, ``name``, ``input``; ``tool_result``:
     ``tool_use_id``, ``content`` (a string or text blocks), ``is_error``; ``thinking``: ``thinking`` (its
-    ``signature`` is not read). Other types are refused where they appear (images, documents...) or skipped (an
-    earlier turn's ``redacted_thinking``)."""
+    ``signature`` is not read); ``image``: ``source`` (a user turn's picture). Other types are refused where they
+    appear (documents...) or skipped (an earlier turn's ``redacted_thinking``)."""
 
     type: str
     text: str | None = None

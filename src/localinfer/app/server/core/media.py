@@ -284,21 +284,24 @@ async def prefetch(body: Any) -> None:
 
 async def _fetch(client: httpx.AsyncClient, url: str, limits: MediaLimits) -> bytes:
     try:
-        async with asyncio.timeout(limits.url_timeout):
-            async with client.stream("GET", url) as answer:
-                if answer.status_code != 200:
-                    raise InvalidRequest(f"the image URL {url} answered {answer.status_code}", param="image_url")
-                data = bytearray()
-                async for chunk in answer.aiter_bytes():
-                    data += chunk
-                    if len(data) > limits.url_max_bytes:
-                        raise InvalidRequest(
-                            f"the image at {url} is larger than {limits.url_max_bytes} bytes", param="image_url"
-                        )
-                return bytes(data)
-    except TimeoutError:
+        return await asyncio.wait_for(_download(client, url, limits), timeout=limits.url_timeout)
+    except asyncio.TimeoutError:
         raise InvalidRequest(
             f"the image URL {url} did not answer within {limits.url_timeout:g} seconds", param="image_url"
         ) from None
     except httpx.HTTPError as exc:
         raise InvalidRequest(f"the image URL {url} could not be fetched: {exc}", param="image_url") from None
+
+
+async def _download(client: httpx.AsyncClient, url: str, limits: MediaLimits) -> bytes:
+    async with client.stream("GET", url) as answer:
+        if answer.status_code != 200:
+            raise InvalidRequest(f"the image URL {url} answered {answer.status_code}", param="image_url")
+        data = bytearray()
+        async for chunk in answer.aiter_bytes():
+            data += chunk
+            if len(data) > limits.url_max_bytes:
+                raise InvalidRequest(
+                    f"the image at {url} is larger than {limits.url_max_bytes} bytes", param="image_url"
+                )
+        return bytes(data)
