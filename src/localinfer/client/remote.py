@@ -24,6 +24,7 @@ error ``code``; a server that cannot be reached is a ``LocalInferError`` naming 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from collections.abc import AsyncGenerator
@@ -48,6 +49,7 @@ from localinfer.errors import (
 from localinfer.models.library import untagged
 from localinfer.progress import ProgressEvent
 from localinfer.types import (
+    MEDIA_MARKER,
     OLLAMA_FORMAT_NAMES,
     ChatMessage,
     ChatRequest,
@@ -341,10 +343,30 @@ def chat_body(request: ChatRequest) -> dict[str, Any]:
 
 
 def _message(message: ChatMessage) -> dict[str, Any]:
-    body: dict[str, Any] = {"role": message.role, "content": message.content}
+    body: dict[str, Any] = {"role": message.role, "content": _content(message)}
     if message.reasoning:  # an earlier turn's thinking, given back as llama-server and DeepSeek take it
         body["reasoning_content"] = message.reasoning
     return body
+
+
+def _content(message: ChatMessage) -> str | list[dict[str, Any]]:
+    """A message's text, or with its images its parts: the text around each media marker and the images as data
+    URIs, which the server joins back into the same text (core/media.py)."""
+    if not message.media:
+        return message.content
+    parts: list[dict[str, Any]] = []
+    pieces = message.content.split(MEDIA_MARKER)
+    for index, piece in enumerate(pieces):
+        if piece:
+            parts.append({"type": "text", "text": piece})
+        if index < len(message.media):
+            part = message.media[index]
+            uri = f"data:{part.mime};base64,{base64.b64encode(part.data).decode()}"
+            if part.kind == "audio":
+                parts.append({"type": "input_audio", "input_audio": {"data": uri.split(",", 1)[1]}})
+            else:
+                parts.append({"type": "image_url", "image_url": {"url": uri}})
+    return parts
 
 
 def _thinking_fields(request: ChatRequest) -> dict[str, Any]:

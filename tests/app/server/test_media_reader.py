@@ -69,6 +69,7 @@ def test_base64_and_data_uris_give_the_same_part() -> None:
         (b64(png_header_only(2000, 2000)), "2000 x 2000"),
         (b64(png_header_only(0, 5)), "0 x 5"),
         ("https://example.com/x.png", "not fetched"),
+        ("file:///etc/passwd", "file: URLs are not read"),
     ],
 )
 def test_what_is_not_a_readable_image_is_refused_naming_the_part(source: str, says: str) -> None:

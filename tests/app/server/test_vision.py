@@ -7,6 +7,7 @@ again is not computed again, also after another picture in between; ``/props`` s
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,7 +20,9 @@ import ollama
 import openai
 import pytest
 
+from localinfer.client.remote import HttpClient
 from localinfer.models.store import Manifest
+from localinfer.types import MEDIA_MARKER, ChatMessage, ChatRequest, GenerationOptions, MediaPart, SamplingParams
 from tests.app.server.conftest import Server
 from tests.images import b64, data_uri, png
 from tests.llama_cpp_tools import llama_server
@@ -72,12 +75,8 @@ def test_openai_chat_with_images_gives_llama_servers_greedy_text(
     vision_server: Server, theirs: str, smollm2: Manifest, content: list[dict[str, Any]]
 ) -> None:
     client = openai.OpenAI(base_url=f"{vision_server.url}/v1", api_key="unused", max_retries=0, timeout=120)
-    reply = client.chat.completions.create(
-        model=smollm2.name,
-        messages=[{"role": "user", "content": content}],
-        temperature=0,
-        max_tokens=24,  # type: ignore[misc,list-item]
-    )
+    message: Any = {"role": "user", "content": content}
+    reply = client.chat.completions.create(model=smollm2.name, messages=[message], temperature=0, max_tokens=24)
     assert reply.choices[0].message.content == their_chat(theirs, chat_body(content))
     assert reply.choices[0].message.content
 
@@ -133,6 +132,8 @@ def test_a_picture_asked_about_again_is_not_computed_again_even_after_another(vi
     assert again["content"] == first["content"]
     metrics = httpx.get(f"{vision_server.url}/metrics", timeout=30).text
     assert "localinfer_media_tokens_total" in metrics
+    saved = httpx.post(f"{vision_server.url}/slots/0?action=save", json={"filename": "x.bin"}, timeout=30)  # both
+    assert saved.status_code == 400 and "holds an image" in saved.json()["error"]["message"]  # ids of this process
 
 
 def test_ollama_images_give_llama_servers_greedy_text(vision_server: Server, theirs: str, smollm2: Manifest) -> None:
@@ -260,3 +261,23 @@ def test_an_image_url_that_fails_is_a_400(vision_server: Server, pictures: str, 
     )
     assert answer.status_code == 400, answer.text
     assert says in answer.json()["error"]["message"]
+
+
+def test_the_http_client_sends_a_messages_images_as_its_parts(vision_server: Server, smollm2: Manifest) -> None:
+    """The app's client of a remote server: a message's images reach the server in their places in its text."""
+    text = f"Look {MEDIA_MARKER} and {MEDIA_MARKER}: {QUESTION}"
+    media = (MediaPart("image", RED, "image/png"), MediaPart("image", BLUE, "image/png"))
+    options = GenerationOptions(sampling=SamplingParams(temperature=0), max_tokens=16)
+    request = ChatRequest(smollm2.name, (ChatMessage("user", text, media=media),), options)
+
+    async def scenario() -> str:
+        client = HttpClient(vision_server.url)
+        try:
+            return "".join([chunk.text async for chunk in client.chat(request)])
+        finally:
+            await client.close()
+
+    parts = [text_part("Look "), image_part(RED), text_part(" and "), image_part(BLUE), text_part(f": {QUESTION}")]
+    body = chat_body(parts, max_tokens=16)
+    direct = httpx.post(f"{vision_server.url}/v1/chat/completions", json=body, timeout=120).json()
+    assert asyncio.run(scenario()) == direct["choices"][0]["message"]["content"]

@@ -41,7 +41,7 @@ EMBEDDING_CACHE_BYTES = 64 << 20
 _MAX_IDS = 65536
 
 _log_errors = threading.local()
-_NO_CALLBACK = ctypes.cast(None, mtmd.mtmd_helper_post_decode_callback)  # a null function pointer
+_NO_CALLBACK = mtmd.mtmd_helper_post_decode_callback()  # a null function pointer
 
 
 @lc.llama_log_callback  # type: ignore[untyped-decorator]

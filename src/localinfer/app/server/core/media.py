@@ -72,6 +72,8 @@ def media_part(source: str, *, param: str, kind: MediaKind | None = None) -> Med
     InvalidRequest naming ``param``."""
     if source.startswith(("http://", "https://")):
         return media_bytes(_fetched(source, param), param=param, kind=kind)
+    if source.startswith("file:"):
+        raise InvalidRequest("file: URLs are not read by this server", param=param, hint=_SEND_AS)
     if source.startswith("data:"):
         header, comma, payload = source.partition(",")
         if not comma or not header.endswith(";base64"):
