@@ -66,7 +66,11 @@ async def props(request: Request, model: str | None = None) -> dict[str, Any]:
         "total_slots": facts.n_slots,
         "model_alias": name,
         "model_path": name,
-        "modalities": {"vision": "vision" in facts.modalities, "audio": "audio" in facts.modalities},
+        "modalities": {  # video: llama-server's build reads video through ffmpeg; localinfer takes none
+            "vision": "vision" in facts.modalities,
+            "audio": "audio" in facts.modalities,
+            "video": False,
+        },
         "media_marker": MEDIA_MARKER,  # what /completion's prompt_string holds for each of its multimodal_data
         "chat_template": facts.chat_template or "",
         "chat_template_caps": await reasoning_caps(engine, name, facts),
