@@ -376,7 +376,8 @@ def test_the_client_raises_on_an_image_url_and_an_unknown_model(claude: anthropi
         )
     assert error_of(bad.value) == {
         "type": "invalid_request_error",
-        "message": "messages.0.content.1.source.url: image URLs are not fetched by this server",
+        "message": "messages.0.content.1.source.url: image URLs are not fetched by this server; send the image as a "
+        "data: URI or base64, or start the server with --allow-image-urls",
     }
     with pytest.raises(anthropic.NotFoundError) as missing:
         claude.messages.create(model="no-such-model", max_tokens=8, messages=ASK)

@@ -53,6 +53,11 @@ class _RequestMedia:
 _current: ContextVar[_RequestMedia | None] = ContextVar("localinfer_request_media", default=None)
 
 
+def _bad(message: str, *, param: str, hint: str | None = None) -> InvalidRequest:
+    """A refusal naming the part in its message too: Ollama's errors are a message alone."""
+    return InvalidRequest(f"{param}: {message}", param=param, hint=hint)
+
+
 def use_media_limits(limits: MediaLimits) -> None:
     """Read the rest of this request's task's media within ``limits``."""
     _current.set(_RequestMedia(limits))
@@ -73,16 +78,14 @@ def media_part(source: str, *, param: str, kind: MediaKind | None = None) -> Med
     if source.startswith(("http://", "https://")):
         return media_bytes(_fetched(source, param), param=param, kind=kind)
     if source.startswith("file:"):
-        raise InvalidRequest("file: URLs are not read by this server", param=param, hint=_SEND_AS)
+        raise _bad("file: URLs are not read by this server", param=param, hint=_SEND_AS)
     if source.startswith("data:"):
         header, comma, payload = source.partition(",")
         if not comma or not header.endswith(";base64"):
-            raise InvalidRequest(
-                "a data: URI must be base64-encoded (data:image/png;base64,...)", param=param, hint=_SEND_AS
-            )
+            raise _bad("a data: URI must be base64-encoded (data:image/png;base64,...)", param=param, hint=_SEND_AS)
         named = header[5:].split(";", 1)[0].lower()
         if not named.startswith(("image/", "audio/")):
-            raise InvalidRequest(f"the data: URI's type {named or '(none)'} is not an image or a sound", param=param)
+            raise _bad(f"the data: URI's type {named or '(none)'} is not an image or a sound", param=param)
         return media_bytes(decode_base64(payload, param=param), param=param, kind=kind)
     return media_bytes(decode_base64(source, param=param), param=param, kind=kind)
 
@@ -96,9 +99,9 @@ def decode_base64(text: str, *, param: str) -> bytes:
         else:
             data = base64.b64decode(cleaned + "=" * (-len(cleaned) % 4), validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidRequest("the image is not valid base64", param=param, hint=_SEND_AS) from None
+        raise _bad("the image is not valid base64", param=param, hint=_SEND_AS) from None
     if not data:
-        raise InvalidRequest("the image is empty", param=param, hint=_SEND_AS)
+        raise _bad("the image is empty", param=param, hint=_SEND_AS)
     return data
 
 
@@ -111,30 +114,30 @@ def media_bytes(data: bytes, *, param: str, kind: MediaKind | None = None) -> Me
     state = _state()
     state.parts += 1
     if state.parts > state.limits.max_parts:
-        raise InvalidRequest(
+        raise _bad(
             f"the request carries more than {state.limits.max_parts} images and sounds",
             param=param,
             hint="send fewer in one request",
         )
     found = sniff(data)
     if found is None:
-        raise InvalidRequest(
+        raise _bad(
             f"the data is not an image or a sound this server reads ({IMAGE_KINDS}; WAV, MP3 or FLAC)",
             param=param,
             hint=_SEND_AS,
         )
     sniffed_kind, mime = found
     if kind is not None and sniffed_kind != kind:
-        raise InvalidRequest(f"the data is {mime}, not an {kind}", param=param)
+        raise _bad(f"the data is {mime}, not an {kind}", param=param)
     if sniffed_kind == "image":
         size = image_size(data, mime)
         if size is None:
-            raise InvalidRequest(f"the {mime} image is truncated or corrupt: its header cannot be read", param=param)
+            raise _bad(f"the {mime} image is truncated or corrupt: its header cannot be read", param=param)
         width, height = size
         if width <= 0 or height <= 0:
-            raise InvalidRequest(f"the {mime} image states a size of {width} x {height}", param=param)
+            raise _bad(f"the {mime} image states a size of {width} x {height}", param=param)
         if width * height > state.limits.max_pixels:
-            raise InvalidRequest(
+            raise _bad(
                 f"the image is {width} x {height} pixels, more than the {state.limits.max_pixels} this server takes",
                 param=param,
                 hint="scale it down before sending it",
@@ -233,14 +236,14 @@ def joined(parts: list[str | MediaPart]) -> tuple[str, tuple[MediaPart, ...]]:
 def _fetched(url: str, param: str) -> bytes:
     state = _state()
     if not state.limits.allow_urls:
-        raise InvalidRequest(
+        raise _bad(
             "image URLs are not fetched by this server",
             param=param,
             hint="send the image as a data: URI or base64, or start the server with --allow-image-urls",
         )
     found = state.fetched.get(url)
     if found is None:  # prefetch runs before the wire model: a URL it missed is one it does not look for
-        raise InvalidRequest("the image URL was not fetched", param=param, hint=_SEND_AS)
+        raise _bad("the image URL was not fetched", param=param, hint=_SEND_AS)
     return found
 
 
@@ -288,22 +291,20 @@ async def _fetch(client: httpx.AsyncClient, url: str, limits: MediaLimits) -> by
     try:
         return await asyncio.wait_for(_download(client, url, limits), timeout=limits.url_timeout)
     except asyncio.TimeoutError:
-        raise InvalidRequest(
+        raise _bad(
             f"the image URL {url} did not answer within {limits.url_timeout:g} seconds", param="image_url"
         ) from None
     except httpx.HTTPError as exc:
-        raise InvalidRequest(f"the image URL {url} could not be fetched: {exc}", param="image_url") from None
+        raise _bad(f"the image URL {url} could not be fetched: {exc}", param="image_url") from None
 
 
 async def _download(client: httpx.AsyncClient, url: str, limits: MediaLimits) -> bytes:
     async with client.stream("GET", url) as answer:
         if answer.status_code != 200:
-            raise InvalidRequest(f"the image URL {url} answered {answer.status_code}", param="image_url")
+            raise _bad(f"the image URL {url} answered {answer.status_code}", param="image_url")
         data = bytearray()
         async for chunk in answer.aiter_bytes():
             data += chunk
             if len(data) > limits.url_max_bytes:
-                raise InvalidRequest(
-                    f"the image at {url} is larger than {limits.url_max_bytes} bytes", param="image_url"
-                )
+                raise _bad(f"the image at {url} is larger than {limits.url_max_bytes} bytes", param="image_url")
         return bytes(data)
