@@ -122,6 +122,8 @@ def test_a_slot_holding_a_picture_the_prompt_lacks_is_taken_last() -> None:
     }
     assert max(scores, key=scores.__getitem__) == "holding it"
     assert scores["text only"] > scores["empty"] > scores["holding another"]
+    # two slots holding other pictures, serving as much: the one used longest ago is taken
+    assert media_affinity(holding_another, prompt, 2, idle_for=3) > media_affinity(holding_another, prompt, 2)
 
 
 def test_a_steps_text_stops_before_a_picture() -> None:

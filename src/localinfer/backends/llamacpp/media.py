@@ -86,14 +86,15 @@ def text_run(tokens: Sequence[int], most: int) -> list[int]:
     return run
 
 
-def media_affinity(cached: Sequence[int], prompt: Sequence[int], served: int) -> int:
+def media_affinity(cached: Sequence[int], prompt: Sequence[int], served: int, *, idle_for: int = 0) -> int:
     """How well a slot whose cache is ``cached`` serves ``prompt``, of which it serves ``served`` tokens, for a model
     with a projector: first by the media positions it serves, then by whether it keeps the media it holds (a slot
     whose cache holds pictures the prompt does not have is taken last, so that one question about a picture in
-    between does not replace another picture a conversation may come back to), then by the tokens it serves."""
+    between does not replace another picture a conversation may come back to), then by the tokens it serves, then
+    by how many jobs started elsewhere since it last started one (``idle_for``: the least recently used first)."""
     media = sum(1 for token in prompt[:served] if token < 0) if prompt and min(prompt) < 0 else 0
     keeps = not cached[served:] or min(cached[served:]) >= 0
-    return (media << 40) + (int(keeps) << 32) + served
+    return (media << 48) + (int(keeps) << 47) + (min(served, (1 << 23) - 1) << 24) + min(idle_for, (1 << 24) - 1)
 
 
 @dataclass(eq=False)

@@ -87,6 +87,8 @@ class StepLoop:
         pictures and sounds of prompts (media.py)."""
         self._model = model
         self._projector = projector
+        self._n_started = 0  # jobs started so far, and when each slot last started one (for media_affinity)
+        self._started_at = [0] * model.n_seq_max
         self._drafting = drafting
         self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
         self._queue = JobQueue(self._slots, max_queue=max_queue, affinity=self._served_tokens)
@@ -233,6 +235,8 @@ class StepLoop:
         slot.job = job
         job.id_slot = slot.seq_id
         job.cached_tokens = reuse + shifted
+        self._n_started += 1
+        self._started_at[slot.seq_id] = self._n_started
         self.stats.cached_tokens += reuse + shifted
         job.shared_tokens = shared
         job.shifted_tokens = shifted
@@ -253,7 +257,9 @@ class StepLoop:
         """How many of ``prompt``'s tokens ``slot``'s cache serves: its prefix, and the runs it would move."""
         prefix = common_prefix(slot.cached, prompt)
         served = prefix + sum(run.length for run in self._runs(slot, prompt, min(prefix, len(prompt) - 1)))
-        return served if self._projector is None else media_affinity(slot.cached, prompt, served)
+        if self._projector is None:
+            return served
+        return media_affinity(slot.cached, prompt, served, idle_for=self._n_started - self._started_at[slot.seq_id])
 
     def _runs(self, slot: Slot, prompt: list[int], reuse: int) -> list[Run]:
         """The runs of ``slot``'s cache past the ``reuse`` tokens it shares with ``prompt`` that ``prompt`` has
