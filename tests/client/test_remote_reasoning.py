@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from localinfer.client.remote import HttpClient, chat_body
+from localinfer.client.chat_body import chat_body
+from localinfer.client.remote import HttpClient
 from localinfer.models.store import Manifest
 from localinfer.types import ChatMessage, ChatRequest, GenerationOptions, SamplingParams, Thinking, TokenChunk
 from tests.app.server.conftest import Server, serving

@@ -14,6 +14,7 @@ from localinfer.errors import InvalidRequest, NotSupported
 from localinfer.types import (
     DEFAULT_KV_CACHE_TYPE,
     GenerationRequest,
+    MediaPart,
     ThinkingMarkers,
     TokenStream,
 )
@@ -112,6 +113,10 @@ class LoadSpec:
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take offloaded layers
     tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, RPC workers first; (): by memory
     lora: tuple[LoraAdapter, ...] = ()  # LoRA adapters loaded with the model, in id order (llama.cpp only)
+    mmproj: Path | None = None  # the projector (mmproj GGUF) that lets the model see or hear (llama.cpp's mtmd)
+    mmproj_offload: bool = True  # the projector computes on the GPU where there is one (llama-server's default)
+    image_min_tokens: int = -1  # fewest and most tokens an image becomes, for projectors of dynamic resolution (-1:
+    image_max_tokens: int = -1  # as the projector's file says)
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,7 @@ class ModelFacts:
     pooling: str = "mean"  # how its embeddings are pooled (mean, cls, last, rank; none: one vector per token)
     thinking: ThinkingMarkers | None = None  # how it writes its thinking, for a reasoning model
     devices: tuple[DeviceUse, ...] = ()  # where its memory is, per device (llama.cpp); (): not reported
+    modalities: tuple[str, ...] = ()  # what it takes besides text through its projector: vision, audio
 
 
 @dataclass(frozen=True)
@@ -210,6 +216,8 @@ class DecodeStats:
     draft_accepted: int = 0  # of those, the ones kept
     draft_steps: int = 0  # verifications (steps that verified a draft)
     accepted_at: list[int] = dataclasses.field(default_factory=list)  # kept draft tokens by place in their draft
+    media_tokens: int = 0  # image and sound embeddings decoded (projector models; not in prompt_tokens)
+    encode_seconds: float = 0.0  # the projector's time encoding them
 
     def decoded(self, *, busy: int, longest: int, prompt_tokens: int, seconds: float) -> None:
         """One decode, with ``busy`` slots holding a request and ``prompt_tokens`` of prompt (taking ``seconds``)."""
@@ -219,6 +227,11 @@ class DecodeStats:
         if prompt_tokens:
             self.prompt_tokens += prompt_tokens
             self.prompt_seconds += seconds
+
+    def media(self, tokens: int, encode_seconds: float) -> None:
+        """A picture or sound of ``tokens`` embeddings decoded, its encoding taking ``encode_seconds``."""
+        self.media_tokens += tokens
+        self.encode_seconds += encode_seconds
 
     def ended(self, sampled: int, seconds: float) -> None:
         """A request ended having sampled ``sampled`` tokens, ``seconds`` from its first to its last."""
@@ -339,6 +352,11 @@ class Backend(ABC):
     async def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         """``text`` as the model's token ids. Raises InvalidRequest where the backend cannot say."""
         raise InvalidRequest(f"tokenizing is not supported by the {self.name} backend")
+
+    async def count_media_prompt(self, text: str, media: Sequence[MediaPart], *, add_special: bool) -> int:
+        """How many tokens ``text`` is with ``media`` in place of its media markers. Raises InvalidRequest where
+        the model takes no media."""
+        raise InvalidRequest(f"images and sounds are not supported by the {self.name} backend", param="messages")
 
     async def detokenize(self, tokens: Sequence[int]) -> list[TokenPiece]:
         """Each of ``tokens`` with the bytes it stands for. Raises InvalidRequest for an id outside the

@@ -4,6 +4,7 @@ cannot mean, and the 400s for a reranker asked to generate (and a model that is 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from localinfer.backends.base import Capabilities
 from localinfer.errors import InvalidRequest
@@ -64,3 +65,10 @@ def check_bounds(options: GenerationOptions, *, n_ctx: int, n_vocab: int) -> Gen
             f"top_k is {options.sampling.top_k} but the model's vocabulary has {n_vocab} tokens", param="top_k"
         )
     return options
+
+
+def check_ids(tokens: Sequence[int], n_vocab: int, *, param: str) -> None:
+    """Refuse an id outside the vocabulary (InvalidRequest naming ``param``): llama.cpp would read past its tables."""
+    bad = next((token for token in tokens if not 0 <= token < n_vocab), None)
+    if bad is not None:
+        raise InvalidRequest(f"token id {bad} is not in the model's vocabulary (0 to {n_vocab - 1})", param=param)

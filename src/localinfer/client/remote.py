@@ -35,7 +35,8 @@ import httpx
 
 from localinfer.backends.base import DeviceUse, LoraState
 from localinfer.client.base import ClientStatus, LoadedModelStatus
-from localinfer.client.remote_tools import ToolCallDeltas, message_tool_fields, tool_fields
+from localinfer.client.chat_body import chat_body
+from localinfer.client.remote_tools import ToolCallDeltas
 from localinfer.errors import (
     GenerationFailed,
     InvalidRequest,
@@ -51,7 +52,6 @@ from localinfer.models.library import untagged
 from localinfer.progress import ProgressEvent
 from localinfer.types import (
     OLLAMA_FORMAT_NAMES,
-    ChatMessage,
     ChatRequest,
     FinishReason,
     ModelInfo,
@@ -326,67 +326,6 @@ def error_from_body(
     if status == 503 and isinstance(error, dict) and fallback is LocalInferError:  # OpenAI-shaped: a busy model
         return ModelNotReady(message, hint=hint or None)
     return fallback(message, hint=hint or None)
-
-
-def chat_body(request: ChatRequest) -> dict[str, Any]:
-    """The streamed ``/v1/chat/completions`` body for ``request``, every option as our server reads it."""
-    options = request.options
-    sampling = options.sampling
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": [_message(m) for m in request.messages],
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "top_k": sampling.top_k,
-        "min_p": sampling.min_p,
-        "repeat_penalty": sampling.repeat_penalty,
-        "repeat_last_n": sampling.repeat_last_n,
-        "presence_penalty": sampling.presence_penalty,
-        "frequency_penalty": sampling.frequency_penalty,
-        "ignore_eos": options.ignore_eos,
-        "cache_prompt": options.cache_prompt,
-    }
-    if sampling.seed is not None:
-        body["seed"] = sampling.seed
-    if options.max_tokens is not None:
-        body["max_tokens"] = options.max_tokens
-    if options.stop:
-        body["stop"] = list(options.stop)
-    fmt = options.response_format
-    if fmt.type == "json_schema":
-        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "response", "schema": fmt.schema}}
-    elif fmt.type == "json_object":
-        body["response_format"] = {"type": "json_object"}
-    body.update(_thinking_fields(request))
-    body.update(tool_fields(request))
-    return body
-
-
-def _message(message: ChatMessage) -> dict[str, Any]:
-    body: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.reasoning:  # an earlier turn's thinking, given back as llama-server and DeepSeek take it
-        body["reasoning_content"] = message.reasoning
-    body.update(message_tool_fields(message))
-    return body
-
-
-def _thinking_fields(request: ChatRequest) -> dict[str, Any]:
-    """What ``request`` asks of a reasoning model's thinking, in the fields our server's chat route reads; nothing
-    where it asks nothing (the server's defaults then hold)."""
-    thinking = request.thinking
-    kwargs = dict(request.template_kwargs)
-    if thinking.enabled is not None:
-        kwargs["enable_thinking"] = thinking.enabled
-    fields: dict[str, Any] = {"chat_template_kwargs": kwargs} if kwargs else {}
-    if thinking.budget is not None:
-        fields["reasoning_budget_tokens"] = thinking.budget
-    if thinking.effort is not None:
-        fields["reasoning_effort"] = thinking.effort
-    if not thinking.separate:
-        fields["reasoning_format"] = "none"
-    return fields
 
 
 def _usage(body: Any) -> Usage | None:

@@ -78,6 +78,7 @@ from localinfer.types import (
     CompletionRequest,
     GenerationRequest,
     InfillRequest,
+    MediaPart,
     ModelInfo,
     Thinking,
     ThinkingBudget,
@@ -99,6 +100,7 @@ class ServedAs:
     chat_template: str | None = None
     pooling: str = ""
     lora: tuple[LoraAdapter, ...] = ()  # LoRA adapters loaded with it (--lora, --lora-scaled), in id order
+    mmproj: Path | None = None  # its projector, in place of the one paired with it (--mmproj)
 
 
 NOT_OVERRIDDEN: Final = ServedAs()
@@ -171,6 +173,10 @@ class Engine:
             draft_min=s.draft_min,
             pooling=self._served(manifest.name).pooling,
             lora=self._lora(manifest),
+            mmproj=self._projector_path(manifest),
+            mmproj_offload=s.mmproj_offload,
+            image_min_tokens=s.image_min_tokens,
+            image_max_tokens=s.image_max_tokens,
         )
         if self._asks_kv_cache_types():
             spec = dataclasses.replace(
@@ -228,6 +234,14 @@ class Engine:
         runner = self._scheduler.get(model)
         return runner.manifest if runner is not None else self._models.resolve(model)
 
+    def _projector_path(self, manifest: Manifest) -> Path | None:
+        """The projector to load with ``manifest``'s model: --mmproj's for the served model, else the one paired
+        with it in the store; none with --no-mmproj."""
+        if self._settings.no_mmproj:
+            return None
+        given = self._served(manifest.name).mmproj
+        return given or (manifest.projector.path if manifest.projector is not None else None)
+
     def _served(self, name: str) -> ServedAs:
         return self._served_as.get(name, NOT_OVERRIDDEN)
 
@@ -256,6 +270,7 @@ class Engine:
             rpc_devices=self._rpc_devices,
             engine=engine_for(manifest, s.engine) if manifest.format in RELAYED_FORMATS else s.engine,
             engine_asked=s.engine is not None,
+            projector_offload=s.mmproj_offload,
         )
 
     def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:
@@ -276,7 +291,7 @@ class Engine:
         """What the planner reads of ``manifest``, with its draft model beside it when one drafts for it (the model
         alone, with a warning, when the draft cannot be read: serve checked it at start, so it was removed since,
         and the load will say so)."""
-        profile = with_its_projector(model_profile(manifest), self._listed_projector(manifest))
+        profile = with_its_projector(model_profile(manifest), self._projector_path(manifest))
         profile = with_adapters(profile, self._adapter_bytes(manifest))
         try:
             draft = self._draft_for(manifest)
@@ -285,9 +300,6 @@ class Engine:
             log.warning("planning %s without its draft model: %s", manifest.name, exc.message)
             return profile
 
-    def _listed_projector(self, manifest: Manifest) -> Path | None:
-        """The projector that goes with ``manifest``'s model, as its manifest pairs them (listings and the plan)."""
-        return manifest.projector.path if manifest.projector is not None else None
 
     def _lora(self, manifest: Manifest) -> tuple[LoraAdapter, ...]:
         """The LoRA adapters ``manifest``'s model is loaded with: its own (a Modelfile's ADAPTER, an Ollama adapter
@@ -507,6 +519,13 @@ class Engine:
             ),
         )
 
+    async def count_media_prompt(self, model: str, text: str, media: Sequence[MediaPart], *, add_special: bool) -> int:
+        """How many tokens ``text`` is for ``model`` with ``media`` in place of its media markers (an image as the
+        tokens its projector makes of it). Raises InvalidRequest where the model takes no media."""
+        return await self._with_runner(
+            model, lambda r: r.backend.count_media_prompt(text, media, add_special=add_special)
+        )
+
     async def detokenize(self, model: str, tokens: Sequence[int]) -> list[TokenPiece]:
         """Each of ``tokens`` with the bytes it stands for in ``model``. Raises InvalidRequest for an id outside
         its vocabulary."""
@@ -573,7 +592,7 @@ class Engine:
     def _info(self, manifest: Manifest) -> ModelInfo:
         runner = self._scheduler.get(manifest.name)
         loaded = runner is not None and runner.is_ready
-        projector = self._listed_projector(manifest)
+        projector = self._projector_path(manifest)
         return ModelInfo(
             name=manifest.name,
             path=str(manifest.path),
@@ -655,6 +674,7 @@ class Engine:
             options=options,
             add_special=rendered.add_special,
             priority=request.priority,
+            media=tuple(part for message in request.messages for part in message.media),
         )
         reply = chat_reply(
             self._generate(runner, generation, started),
@@ -682,6 +702,7 @@ class Engine:
             options=request.options,
             tokens=request.tokens,
             priority=request.priority,
+            media=request.media,
         )
         async with aclosing(self._generate(runner, generation, started)) as chunks:
             async for chunk in chunks:
@@ -709,6 +730,8 @@ class Engine:
         if runner.backend.facts.reranker:
             raise reranker_refusal(f"model '{runner.name}'", "generate text")
         check_supported(runner.backend.name, runner.backend.capabilities, generation.options)
+        if generation.media:
+            check_media(runner.name, runner.backend, generation.media)
         chunks = self._in_flight.stream(runner.backend.generate(generation))
         return self.metrics.observe(runner.manifest.name, chunks, started=started)
 
@@ -779,3 +802,24 @@ def _able(runner: Runner, capability: str, what: str) -> Backend:
 
 def _new_id() -> str:
     return uuid.uuid4().hex
+
+
+def check_media(name: str, backend: Backend, media: Sequence[MediaPart]) -> None:
+    """Refuse media ``name``'s backend cannot take: a model without a projector, or one whose engine is relayed
+    (vLLM takes images on the OpenAI routes, relayed to it as they are)."""
+    kinds = sorted({part.kind for part in media})
+    taken = {"image": "vision", "audio": "audio"}
+    if all(taken[kind] in backend.facts.modalities for kind in kinds):
+        return
+    what = " or ".join(kinds)
+    if backend.name != "llamacpp":
+        raise InvalidRequest(
+            f"model '{name}' takes {what} input on the OpenAI routes only, which relay it to {backend.name}",
+            param="messages",
+            hint="send the request to /v1/chat/completions",
+        )
+    raise InvalidRequest(
+        f"model '{name}' cannot take {what} input: it was loaded without a projector that does",
+        param="messages",
+        hint="serve it with its mmproj file (--mmproj FILE), or send text only",
+    )

@@ -92,6 +92,15 @@ class EngineMetrics:
             ["model"],
             registry=r,
         )
+        self._media = Counter(
+            "localinfer_media_tokens",
+            "Image and sound embeddings decoded through a projector (those reused from a cache are not)",
+            ["model"],
+            registry=r,
+        )
+        self._encoding = Counter(
+            "localinfer_media_encode_seconds", "Time the projector spent encoding them", ["model"], registry=r
+        )
         self._ttft = Histogram(
             "localinfer_time_to_first_token_seconds",
             "From a request reaching the engine to its first chunk",
@@ -149,6 +158,8 @@ class EngineMetrics:
                             self._draft_kept.labels(model).inc(chunk.timings.draft_n_accepted)
                             self._shared.labels(model).inc(chunk.timings.cache_shared_n)
                             self._shifted.labels(model).inc(chunk.timings.cache_shifted_n)
+                            self._media.labels(model).inc(chunk.timings.media_n)
+                            self._encoding.labels(model).inc(chunk.timings.encode_ms / 1000.0)
                     yield chunk
         except (GeneratorExit, asyncio.CancelledError):
             if outcome == "error":  # closed (or its reader cancelled) before its last chunk

@@ -128,3 +128,15 @@ def tokens_predicted(url: str, api_key: str | None = None) -> int:
     text = httpx.get(f"{url}/metrics", headers=headers, timeout=30).text
     line = next(line for line in text.splitlines() if line.startswith("llamacpp:tokens_predicted_total"))
     return int(float(line.split()[-1]))
+
+
+@pytest.fixture(scope="session")
+def vision_server(
+    smollm2: Manifest, smollm2_mmproj: Path, test_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """SmolLM2 with the test projector (``--mmproj``), two slots of 2048 tokens, image URLs allowed, a slot folder
+    (for the slots' erase)."""
+    log_dir = tmp_path_factory.mktemp("serve-vision")
+    extra = ("--ctx-size", "2048", "--parallel", "2", "--mmproj", str(smollm2_mmproj), "--allow-image-urls")
+    with serving(smollm2.name, test_home, log_dir, *extra, "--slot-save-path", str(log_dir)) as server:
+        yield server

@@ -359,7 +359,7 @@ def test_a_wrong_type_in_any_field_is_never_a_5xx(smollm2_server: Server, model_
 
 
 @pytest.mark.model
-def test_the_client_raises_on_an_image_and_an_unknown_model(claude: anthropic.Anthropic, model_name: str) -> None:
+def test_the_client_raises_on_an_image_url_and_an_unknown_model(claude: anthropic.Anthropic, model_name: str) -> None:
     with pytest.raises(anthropic.BadRequestError) as bad:
         claude.messages.create(
             model=model_name,
@@ -376,7 +376,8 @@ def test_the_client_raises_on_an_image_and_an_unknown_model(claude: anthropic.An
         )
     assert error_of(bad.value) == {
         "type": "invalid_request_error",
-        "message": "messages.0.content.1: image content blocks are not supported: no model here can read them",
+        "message": "messages.0.content.1.source.url: image URLs are not fetched by this server; send the image as a "
+        "data: URI or base64, or start the server with --allow-image-urls",
     }
     with pytest.raises(anthropic.NotFoundError) as missing:
         claude.messages.create(model="no-such-model", max_tokens=8, messages=ASK)

@@ -17,6 +17,7 @@ from localinfer.app.commands.llama_server_flags import (
     hosts_of,
     model_named,
 )
+from localinfer.app.commands.media_flags import add_media_flags, media_overrides
 from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.errors import ConfigError
 from localinfer.hardware.fits import machine_fits
@@ -192,6 +193,7 @@ def add_parser(subparsers: Any) -> None:
     add_request_default_flags(p)
     add_reasoning_flags(p)
     add_llama_server_flags(p)
+    add_media_flags(p)
     p.add_argument(
         "--engine",
         choices=("vllm", "sglang", "tgi", "trtllm"),
@@ -282,6 +284,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         reasoning=args.reasoning,
         reasoning_budget=args.reasoning_budget,
         chat_template_kwargs=args.chat_template_kwargs,
+        **media_overrides(args),
     )
     hosts = hosts_of(settings.host)
     if not hosts:
@@ -296,8 +299,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     url = f"http://{_url_host(hosts[0])}:{settings.port}"
     preload: Manifest | None = None
     if args.model is None and not args.alias and library.list():  # nothing loaded at start: each model on demand
-        if settings.chat_template or settings.pooling or settings.lora:
-            flag = "--chat-template" if settings.chat_template else "--pooling" if settings.pooling else "--lora"
+        model_flags = {
+            "--chat-template": settings.chat_template,
+            "--pooling": settings.pooling,
+            "--lora": settings.lora,
+            "--mmproj": settings.mmproj,
+        }
+        flag = next((name for name, value in model_flags.items() if value), None)
+        if flag is not None:
             raise ConfigError(
                 f"{flag} changes the model the server is started with, and none is named",
                 hint=f"name it: localinfer serve MODEL {flag} ...",

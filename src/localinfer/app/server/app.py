@@ -20,6 +20,7 @@ from localinfer import __version__
 from localinfer.app.server.anthropic.routes import router as anthropic_router
 from localinfer.app.server.core.defaults import RequestDefaults
 from localinfer.app.server.core.dialect import dialect_for
+from localinfer.app.server.core.media import MediaLimits
 from localinfer.app.server.disconnect import ClientDisconnected, client_disconnected_response
 from localinfer.app.server.errors import error_body_for, error_for, headers_for
 from localinfer.app.server.guard import AccessGuard, AccessPolicy
@@ -65,6 +66,7 @@ def create_app(
     client: LocalClient | None = None,
     access: AccessPolicy | None = None,
     max_body: int = Settings.model_fields["max_body"].default,
+    media_limits: MediaLimits | None = None,
 ) -> FastAPI:
     """An app serving ``engine``. ``preload`` starts loading a model at startup (its keep-alive starts when it is
     loaded), and so does each of ``pins``, never unloaded; /health says 503 until they are loaded.
@@ -108,6 +110,7 @@ def create_app(
         app.state.model_labels = {default_model: {"aliases": named, "tags": sorted(set(tags))}}
     app.state.request_defaults = request_defaults or RequestDefaults()
     app.state.slots_endpoint = slots_endpoint
+    app.state.media_limits = media_limits or MediaLimits()  # images and sounds in requests (core/media.py)
     app.include_router(openai_router)
     app.include_router(openai_root_router)
     app.include_router(chat_prompt_router)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from localinfer.app.server.app import create_app
 from localinfer.app.server.core.defaults import RequestDefaults
+from localinfer.app.server.core.media import MediaLimits
 from localinfer.app.server.guard import is_loopback_name, policy_for
 from localinfer.config import Settings
 from localinfer.errors import ConfigError, LocalInferError
@@ -49,6 +50,17 @@ def request_defaults(settings: Settings) -> RequestDefaults:
     )
 
 
+def media_limits(settings: Settings) -> MediaLimits:
+    """The server's limits on images and sounds in requests (URLs fetched or not, sizes, how many)."""
+    return MediaLimits(
+        allow_urls=settings.allow_image_urls,
+        url_max_bytes=settings.media_url_max_bytes,
+        url_timeout=settings.media_url_timeout,
+        max_parts=settings.max_media,
+        max_pixels=settings.max_image_pixels,
+    )
+
+
 def server_app(
     stack: LocalStack,
     hosts: Sequence[str],
@@ -85,6 +97,7 @@ def server_app(
         named_by_alias=named_by_alias,
         request_defaults=request_defaults(settings),
         slots_endpoint=settings.slots_endpoint,
+        media_limits=media_limits(settings),
         client=stack.client,
         access=access,
         max_body=settings.max_body,

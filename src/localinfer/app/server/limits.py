@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localinfer.app.server.core.defaults import NONE_SET, use_request_defaults
 from localinfer.app.server.core.dialect import dialect_for
+from localinfer.app.server.core.media import MediaLimits, prefetch, use_media_limits
 from localinfer.app.server.core.model_defaults import parameters_of, use_model_parameters
 from localinfer.app.server.errors import error_body_for
 from localinfer.engine.metrics import set_route
@@ -189,6 +190,20 @@ class FastJSONRoute(APIRoute):
             set_route(path)  # for the rest of this request's task, whose streams the engine counts under it
             use_request_defaults(getattr(request.app.state, "request_defaults", NONE_SET))
             use_model_parameters(parameters_of(request))  # a model's Modelfile parameters, under a request's own
-            return await handler(_ParsedJSONRequest(_labelled_json(request.scope), request.receive))
+            media_limits: MediaLimits = getattr(request.app.state, "media_limits", MediaLimits())
+            use_media_limits(media_limits)
+            parsed_request = _ParsedJSONRequest(_labelled_json(request.scope), request.receive)
+            if media_limits.allow_urls and request.method == "POST":  # image URLs, before the body's wire model
+                await _prefetch(parsed_request)
+            return await handler(parsed_request)
 
         return parsed
+
+
+async def _prefetch(request: _ParsedJSONRequest) -> None:
+    """Fetch the image URLs the body names (core/media.py); a body that is not JSON is left to the route."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return
+    await prefetch(body)

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
@@ -27,14 +27,15 @@ from localinfer.backends.base import (
     SlotUsage,
     TokenPiece,
 )
-from localinfer.backends.checks import check_bounds
+from localinfer.backends.checks import check_bounds, check_ids
 from localinfer.backends.chunks import ChunkQueue, relay
 from localinfer.backends.line_limits import text_stream_for
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.draft_model import DraftModel
 from localinfer.backends.llamacpp.embedder import Embedder, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
-from localinfer.backends.llamacpp.lora import LoraAdapters, check_adapter_files
+from localinfer.backends.llamacpp.lora import LoraAdapters, check_adapter_files, no_adapters
+from localinfer.backends.llamacpp.media import MediaSpans, Projector, media_prompt, without_shifts
 from localinfer.backends.llamacpp.model import LlamaModel, check_attention
 from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
 from localinfer.backends.llamacpp.rerank import rerank_prompts
@@ -43,9 +44,15 @@ from localinfer.backends.llamacpp.slot_files import SlotAction
 from localinfer.backends.llamacpp.speculative import PromptDraftFactory
 from localinfer.backends.llamacpp.step_costs import StepCosts
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
-from localinfer.backends.llamacpp.thinking_budget import ThinkingCutter
+from localinfer.backends.llamacpp.thinking_budget import thinking_cutter
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
-from localinfer.types import PRIORITY_RANK, GenerationRequest, ThinkingBudget, TokenStream
+from localinfer.types import (
+    PRIORITY_RANK,
+    GenerationOptions,
+    GenerationRequest,
+    MediaPart,
+    TokenStream,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -124,22 +131,33 @@ class LlamaCppBackend(Backend):
         self._longest_token = 1
         self._embedder: Embedder | None = None  # made on the first embedding request
         self._embedding = asyncio.Lock()  # one embedding decode at a time; unload waits for it
+        self._projector: Projector | None = None  # what lets it see or hear (--mmproj)
+        self._name = ""
 
     async def load(self, spec: LoadSpec) -> None:
         model = await asyncio.to_thread(LlamaModel.load, spec)
+        self._name = spec.name or spec.path.name
         try:
             if spec.lora:
                 assert model.model is not None, "a loaded model has its weights"
                 self._adapters = await asyncio.to_thread(LoraAdapters, model.model, spec.lora)
+            if spec.mmproj is not None:
+                self._projector = await asyncio.to_thread(Projector.load, spec, model)
+                without_shifts(model)
             if spec.speculation == "draft":
                 self._draft_model = await asyncio.to_thread(DraftModel.load, spec, model)
         except BaseException:
             if self._adapters is not None:
                 self._adapters.free()
                 self._adapters = None
+            if self._projector is not None:
+                self._projector.free()
+                self._projector = None
             model.free()
             raise
         self._facts = model.facts()
+        if self._projector is not None:
+            self._facts = dataclasses.replace(self._facts, modalities=self._projector.modalities)
         loaded_with = (self._draft_model.model_bytes if self._draft_model else 0) + (
             self._adapters.bytes if self._adapters else 0
         )  # a draft model's weights and adapters are loaded for this model: /api/ps counts them
@@ -157,7 +175,12 @@ class LlamaCppBackend(Backend):
                 spec.path.name,
             )
         self._loop = StepLoop(
-            model, max_queue=spec.max_queue, drafting=how, costs=self._step_costs, adapters=self._adapters
+            model,
+            max_queue=spec.max_queue,
+            drafting=how,
+            costs=self._step_costs,
+            adapters=self._adapters,
+            projector=self._projector,
         )
         self._loop.start()
 
@@ -181,15 +204,37 @@ class LlamaCppBackend(Backend):
     async def generate(self, request: GenerationRequest) -> TokenStream:
         model, loop = self._loaded()
         options = check_bounds(request.options, n_ctx=model.n_ctx, n_vocab=lc.llama_vocab_n_tokens(model.vocab))
-        if request.tokens:
+        media: MediaSpans | None = None
+        if request.media:
+            prompt, media = await media_prompt(
+                self._projector, model, request, name=self._name, longest_token=self._longest_token
+            )
+        elif request.tokens:
             prompt = list(request.tokens)
-            _check_ids(prompt, lc.llama_vocab_n_tokens(model.vocab), param="prompt")
+            check_ids(prompt, lc.llama_vocab_n_tokens(model.vocab), param="prompt")
         else:
             prompt = await self._tokenize_prompt(model, request)
-        if not prompt:
-            raise InvalidRequest("the prompt is empty", param="prompt")
-        if len(prompt) >= model.n_ctx:
-            raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx)
+        try:
+            if not prompt:
+                raise InvalidRequest("the prompt is empty", param="prompt")
+            if len(prompt) >= model.n_ctx:
+                raise ContextLengthExceeded(n_prompt=len(prompt), n_ctx=model.n_ctx)
+        except BaseException:
+            if media is not None:
+                media.free()
+            raise
+        async for chunk in self._generate(model, loop, request, options, prompt, media):
+            yield chunk
+
+    async def _generate(
+        self,
+        model: LlamaModel,
+        loop: StepLoop,
+        request: GenerationRequest,
+        options: GenerationOptions,
+        prompt: list[int],
+        media: MediaSpans | None,
+    ) -> TokenStream:
         sampling = resolve_logit_bias(
             options.sampling,
             tokenize=functools.partial(model.tokenize, add_special=False, parse_special=False),
@@ -218,9 +263,10 @@ class LlamaCppBackend(Backend):
             priority=PRIORITY_RANK[request.priority],
             deliver=loop.outbox.delivery(asyncio.get_running_loop(), chunks),
             text=constraint.text_stream(options.stop) if constraint else text_stream_for(options),
-            thinking=_thinking_cutter(model, options.thinking_budget),
+            thinking=thinking_cutter(model, options.thinking_budget),
             n_keep=options.n_keep,
-            lora=self._adapters.for_request(options.lora) if self._adapters else _no_adapters(options.lora),
+            lora=self._adapters.for_request(options.lora) if self._adapters else no_adapters(options.lora),
+            media=media,
         )
         loop.submit(job)  # raises QueueFull (and frees the sampler) when the slots and the queue are taken
         try:
@@ -228,6 +274,9 @@ class LlamaCppBackend(Backend):
                 yield chunk
         finally:
             job.cancelled = True
+
+    def _media_prompt(self, model: LlamaModel, request: GenerationRequest) -> Awaitable[tuple[list[int], MediaSpans]]:
+        return media_prompt(self._projector, model, request, name=self._name, longest_token=self._longest_token)
 
     async def _tokenize_prompt(self, model: LlamaModel, request: GenerationRequest) -> list[int]:
         # a character is at least a byte: a prompt of more characters than the context's tokens could cover is too
@@ -244,9 +293,15 @@ class LlamaCppBackend(Backend):
         model, _ = self._loaded()
         return await asyncio.to_thread(model.tokenize, text, add_special=add_special, parse_special=parse_special)
 
+    async def count_media_prompt(self, text: str, media: Sequence[MediaPart], *, add_special: bool) -> int:
+        request = GenerationRequest("count", text, GenerationOptions(), add_special=add_special, media=tuple(media))
+        prompt, spans = await self._media_prompt(self._loaded()[0], request)
+        spans.free()
+        return len(prompt)
+
     async def detokenize(self, tokens: Sequence[int]) -> list[TokenPiece]:
         model, _ = self._loaded()
-        _check_ids(tokens, lc.llama_vocab_n_tokens(model.vocab), param="tokens")  # llama.cpp reads past its table
+        check_ids(tokens, lc.llama_vocab_n_tokens(model.vocab), param="tokens")  # llama.cpp reads past its table
 
         def pieces() -> list[TokenPiece]:
             return [TokenPiece(token, model.token_bytes(token, special=True)) for token in tokens]
@@ -343,7 +398,7 @@ class LlamaCppBackend(Backend):
     async def set_lora_scales(self, scales: Mapping[int, float]) -> None:
         self._loaded()
         if self._adapters is None:
-            _no_adapters(tuple(scales.items()))
+            no_adapters(tuple(scales.items()))
             return
         self._adapters.set_scales(scales)
 
@@ -378,6 +433,9 @@ class LlamaCppBackend(Backend):
             if self._adapters is not None:  # after the loop, whose context applies them
                 self._adapters.free()
                 self._adapters = None
+            if self._projector is not None:  # after the loop, which decodes with it
+                self._projector.free()
+                self._projector = None
             if self._model is not None:
                 self._model.free()
                 self._model = None
@@ -386,35 +444,3 @@ class LlamaCppBackend(Backend):
         if self._loop is None:
             return SlotUsage()
         return self._loop.usage()
-
-
-def _check_ids(tokens: Sequence[int], n_vocab: int, *, param: str) -> None:
-    """Refuse an id outside the vocabulary (InvalidRequest naming ``param``): llama.cpp would read past its tables."""
-    bad = next((token for token in tokens if not 0 <= token < n_vocab), None)
-    if bad is not None:
-        raise InvalidRequest(f"token id {bad} is not in the model's vocabulary (0 to {n_vocab - 1})", param=param)
-
-
-def _no_adapters(lora: tuple[tuple[int, float], ...] | None) -> tuple[float, ...]:
-    """The scales of a request to a model loaded without adapters: none. Raises InvalidRequest when it names one."""
-    if lora:
-        raise InvalidRequest(
-            f"no LoRA adapter has id {lora[0][0]}: the model was loaded without adapters",
-            param="lora",
-            hint="load some with --lora FILE",
-        )
-    return ()
-
-
-def _thinking_cutter(model: LlamaModel, budget: ThinkingBudget | None) -> ThinkingCutter | None:
-    """What cuts a reasoning model's thinking at ``budget`` (None: no budget), its markers as the model's tokens."""
-    if budget is None:
-        return None
-    markers = budget.markers
-    return ThinkingCutter(
-        budget=budget.tokens,
-        open=tuple(model.tokenize(markers.open, add_special=False, parse_special=True)),
-        close=tuple(model.tokenize(markers.close, add_special=False, parse_special=True)),
-        inside=budget.inside,
-        forcing=tuple(model.tokenize(markers.close + markers.answer, add_special=False, parse_special=True)),
-    )

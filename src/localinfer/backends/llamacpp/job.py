@@ -12,6 +12,7 @@ import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.llamacpp.checkpoints import Checkpoint
 from localinfer.backends.llamacpp.kv_shift import Run
+from localinfer.backends.llamacpp.media import MediaSpans
 from localinfer.backends.llamacpp.sampling import TokenBias
 from localinfer.backends.llamacpp.speculative import Speculation
 from localinfer.backends.llamacpp.thinking_budget import ThinkingCutter
@@ -96,6 +97,9 @@ class Job:
     id_slot: int | None = None  # the slot it runs in, once it has one
     thinking: ThinkingCutter | None = None  # a reasoning model's thinking budget, when the request set one
     lora: tuple[float, ...] = ()  # the LoRA adapters' scales it is computed with (lora.py; (): none loaded)
+    media: MediaSpans | None = None  # the prompt's pictures and sounds, by their first positions (media.py)
+    media_decoded: int = 0  # embeddings of them decoded (those cached are not)
+    encode_ms: float = 0.0  # the projector's time encoding them
 
     def reached_max_tokens(self) -> bool:
         return self.max_tokens is not None and self.generated >= self.max_tokens
@@ -149,6 +153,8 @@ class Job:
             cache_shared_n=self.shared_tokens,
             cache_shifted_n=self.shifted_tokens,
             cache_n=self.cached_tokens,
+            media_n=self.media_decoded,
+            encode_ms=self.encode_ms,
         )
 
     def finish(self, reason: FinishReason) -> None:
@@ -181,6 +187,9 @@ class Job:
         if self.sampler:
             lc.llama_sampler_free(self.sampler)
             self.sampler = None
+        if self.media is not None:
+            self.media.free()
+            self.media = None
 
 
 @dataclass(eq=False)

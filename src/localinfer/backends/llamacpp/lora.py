@@ -149,3 +149,14 @@ def next_group(groups: Sequence[Scales], last: Scales | None) -> Scales:
     if last in groups:
         return groups[(groups.index(last) + 1) % len(groups)]
     return groups[0]
+
+
+def no_adapters(lora: tuple[tuple[int, float], ...] | None) -> tuple[float, ...]:
+    """The scales of a request to a model loaded without adapters: none. Raises InvalidRequest when it names one."""
+    if lora:
+        raise InvalidRequest(
+            f"no LoRA adapter has id {lora[0][0]}: the model was loaded without adapters",
+            param="lora",
+            hint="load some with --lora FILE",
+        )
+    return ()

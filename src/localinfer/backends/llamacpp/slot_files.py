@@ -112,6 +112,10 @@ class SlotFiles:
 
     def save(self, slot: Slot, path: Path) -> SlotFile:
         started = time.perf_counter()
+        if slot.cached and min(slot.cached) < 0:  # an image's positions: its ids mean nothing to another process
+            raise InvalidRequest(
+                "Unable to save slot: its cache holds an image", param="id_slot", hint="erase it first"
+            )
         packed = [TOKENS_MARKER, TOKENS_VERSION, len(slot.cached), *slot.cached, 0]  # 0: no media
         tokens = (lc.llama_token * len(packed))(*packed)
         temporary = path.with_name(f".slot-{uuid.uuid4().hex}.tmp")  # as short as can be, whatever the name's length

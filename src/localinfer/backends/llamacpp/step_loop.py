@@ -29,6 +29,7 @@ from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
 from localinfer.backends.llamacpp.kv_shift import Run, can_shift, reuse_plan
 from localinfer.backends.llamacpp.logprobs import sample_with_logprob, token_logprob
 from localinfer.backends.llamacpp.lora import LoraAdapters, Scales, next_group
+from localinfer.backends.llamacpp.media import Projector, media_affinity, text_run
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import greedy_token
 from localinfer.backends.llamacpp.slot_files import Result, SlotAction, SlotActions, SlotFiles
@@ -81,13 +82,18 @@ class StepLoop:
         drafting: Drafting | None = None,
         costs: StepCosts | None = None,
         adapters: LoraAdapters | None = None,
+        projector: Projector | None = None,
     ) -> None:
         """``costs``: what steps cost by width, for the lengths of drafts that weigh them (None: a table measured as
         the loop runs; no table, and no step timed, when no draft weighs them). ``adapters``: the model's LoRA
-        adapters, which a step applies at the scales of the slots it batches (lora.py)."""
+        adapters, which a step applies at the scales of the slots it batches (lora.py). ``projector``: what decodes
+        the pictures and sounds of prompts (media.py)."""
         self._model = model
         self._adapters = adapters
         self._group: Scales | None = None  # the adapters' scales of the slots batched in the last step
+        self._projector = projector
+        self._n_started = 0  # jobs started so far, and when each slot last started one (for media_affinity)
+        self._started_at = [0] * model.n_seq_max
         self._drafting = drafting
         self._slots = [Slot(seq_id=i) for i in range(model.n_seq_max)]
         self._queue = JobQueue(self._slots, max_queue=max_queue, affinity=self._served_tokens)
@@ -210,6 +216,8 @@ class StepLoop:
             self._clear(slot)
             slot.lora = job.lora
         reuse = min(common_prefix(slot.cached, job.prompt), len(job.prompt) - 1) if job.cache_prompt else 0
+        if job.media is not None:  # a picture is decoded whole
+            reuse = job.media.align(job.prompt, reuse)
         shared = self._borrow_prefix(slot, job.prompt, reuse) if job.cache_prompt else 0
         if shared:
             reuse = shared
@@ -235,12 +243,16 @@ class StepLoop:
         slot.job = job
         job.id_slot = slot.seq_id
         job.cached_tokens = reuse + shifted
+        self._n_started += 1
+        self._started_at[slot.seq_id] = self._n_started
         self.stats.cached_tokens += reuse + shifted
         job.shared_tokens = shared
         job.shifted_tokens = shifted
         job.t_prefill_start = time.perf_counter()
         job.report_progress(len(slot.cached))  # the request has started: nothing computed yet
-        if self._drafting is not None:  # made here, not at submit: a draft model drafts in the slot's sequence
+        if (
+            self._drafting is not None and job.media is None
+        ):  # made here, not at submit: a draft model drafts in the slot's sequence
             d = self._drafting
             job.speculation = Speculation(
                 d.source(job.prompt, slot.seq_id),
@@ -252,7 +264,10 @@ class StepLoop:
     def _served_tokens(self, slot: Slot, prompt: list[int]) -> int:
         """How many of ``prompt``'s tokens ``slot``'s cache serves: its prefix, and the runs it would move."""
         prefix = common_prefix(slot.cached, prompt)
-        return prefix + sum(run.length for run in self._runs(slot, prompt, min(prefix, len(prompt) - 1)))
+        served = prefix + sum(run.length for run in self._runs(slot, prompt, min(prefix, len(prompt) - 1)))
+        if self._projector is None:
+            return served
+        return media_affinity(slot.cached, prompt, served, idle_for=self._n_started - self._started_at[slot.seq_id])
 
     def _runs(self, slot: Slot, prompt: list[int], reuse: int) -> list[Run]:
         """The runs of ``slot``'s cache past the ``reuse`` tokens it shares with ``prompt`` that ``prompt`` has
@@ -359,6 +374,10 @@ class StepLoop:
 
     def _step(self) -> None:
         group = self._next_group()  # the slots of one set of adapters' scales are batched (lora.py)
+        if self._adapters is not None:
+            self._adapters.apply(self._ctx, group)
+        if self._projector is not None:
+            self._decode_media(self._projector, group)
         generating = [s for s in self._slots if s.job is not None and s.next_token is not None and s.lora == group]
         n = 0
         fed: list[tuple[Slot, list[int]]] = []
@@ -386,7 +405,9 @@ class StepLoop:
         for slot in by_priority:  # then prompt chunks, highest priority first, as far as the budget allows
             if slot.job is None or not slot.to_prefill or budget <= 0 or slot.lora != group:
                 continue
-            take = slot.to_prefill[:budget]
+            take = slot.to_prefill[:budget] if slot.job.media is None else text_run(slot.to_prefill, budget)
+            if not take:  # a picture comes next: decoded at the next step's start
+                continue
             pos = len(slot.cached)
             for i, token in enumerate(take):
                 last = i == len(take) - 1 and len(take) == len(slot.to_prefill) and not slot.pending
@@ -398,8 +419,8 @@ class StepLoop:
             budget -= len(take)
             fed.append((slot, take))
         self._batch.n_tokens = n
-        if self._adapters is not None:
-            self._adapters.apply(self._ctx, group)
+        if n == 0:  # only pictures were decoded this step
+            return
         started = time.perf_counter()
         rc = lc.llama_decode(self._ctx, self._batch)
         if rc != 0:
@@ -434,6 +455,30 @@ class StepLoop:
         groups = list(dict.fromkeys(s.lora for s in self._slots if s.job is not None))
         self._group = next_group(groups, self._group) if groups else ()
         return self._group
+
+    def _decode_media(self, projector: Projector, group: Scales) -> None:
+        """Decode the picture or sound each prompting slot of this step's adapter scales (``group``) has reached,
+        each in a decode of its own, as llama-server does (media.py); text of other slots is batched after. A
+        failure fails that request alone."""
+        for slot in self._slots:
+            job = slot.job if slot.lora == group else None
+            chunk = job.media.at(slot.to_prefill[0]) if job and job.media and slot.to_prefill else None
+            if job is None or chunk is None:
+                continue
+            try:
+                done = projector.decode(self._ctx, chunk, len(slot.cached), slot.seq_id, self._model.n_batch)
+            except RuntimeError as exc:
+                log.error("request %s: a media part failed: %s", job.request_id, exc)
+                job.fail(GenerationFailed(f"the picture or sound could not be computed: {exc}"))
+                self._release(slot)
+                self._clear(slot)
+                continue
+            slot.cached.extend(slot.to_prefill[: chunk.n_pos])
+            slot.to_prefill = slot.to_prefill[chunk.n_pos :]
+            job.media_decoded += chunk.n_tokens
+            job.encode_ms += done.encode_ms
+            self.stats.media(chunk.n_tokens, done.encode_ms / 1000.0)
+            job.report_progress(len(slot.cached))
 
     def _add(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
         batch = self._batch

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from localinfer.backends.llamacpp.model import LlamaModel
+from localinfer.types import ThinkingBudget
+
 
 @dataclass
 class ThinkingCutter:
@@ -54,3 +57,17 @@ class ThinkingCutter:
 
 def _ends_with(tokens: list[int], marker: tuple[int, ...]) -> bool:
     return bool(marker) and tuple(tokens[-len(marker) :]) == marker
+
+
+def thinking_cutter(model: LlamaModel, budget: ThinkingBudget | None) -> ThinkingCutter | None:
+    """What cuts a reasoning model's thinking at ``budget`` (None: no budget), its markers as the model's tokens."""
+    if budget is None:
+        return None
+    markers = budget.markers
+    return ThinkingCutter(
+        budget=budget.tokens,
+        open=tuple(model.tokenize(markers.open, add_special=False, parse_special=True)),
+        close=tuple(model.tokenize(markers.close, add_special=False, parse_special=True)),
+        inside=budget.inside,
+        forcing=tuple(model.tokenize(markers.close + markers.answer, add_special=False, parse_special=True)),
+    )

@@ -46,6 +46,7 @@ from typing import Any, Literal, NoReturn
 from pydantic import Field, model_validator
 
 from localinfer.app.server.core.defaults import default_temperature
+from localinfer.app.server.core.media import joined, media_part
 from localinfer.app.server.core.model_defaults import ANTHROPIC, fill
 from localinfer.app.server.core.reasoning import requested_thinking, template_variables
 from localinfer.app.server.core.stops import check_stops
@@ -56,6 +57,7 @@ from localinfer.types import (
     ChatMessage,
     ChatRequest,
     GenerationOptions,
+    MediaPart,
     ResponseFormat,
     SamplingParams,
     Thinking,
@@ -72,11 +74,29 @@ class _Wire(ClientBody):
     """A body or part of one: unknown fields ignored, nulls read as absent (core/wire.py)."""
 
 
+class ImageSource(_Wire):
+    """An image block's ``source``: ``base64`` (``media_type``, ``data``) or ``url``."""
+
+    type: str
+    media_type: str | None = None  # the kind is read from the bytes
+    data: str | None = None
+    url: str | None = None
+
+    def to_core(self, where: str) -> MediaPart:
+        if self.type == "base64" and self.data is not None:
+            return media_part(self.data, param=f"{where}.source.data", kind="image")
+        if self.type == "url" and self.url is not None:
+            return media_part(self.url, param=f"{where}.source.url", kind="image")
+        raise InvalidRequest(
+            f"image sources of type '{self.type}' are not supported (base64 and url are)", param=f"{where}.source"
+        )
+
+
 class Block(_Wire):
     """A content block. ``text``: ``text``; ``tool_use``: ``id``, ``name``, ``input``; ``tool_result``:
     ``tool_use_id``, ``content`` (a string or text blocks), ``is_error``; ``thinking``: ``thinking`` (its
-    ``signature`` is not read). Other types are refused where they appear (images, documents...) or skipped (an
-    earlier turn's ``redacted_thinking``)."""
+    ``signature`` is not read); ``image``: ``source`` (a user turn's picture). Other types are refused where they
+    appear (documents...) or skipped (an earlier turn's ``redacted_thinking``)."""
 
     type: str
     text: str | None = None
@@ -87,6 +107,7 @@ class Block(_Wire):
     content: str | list[Block] | None = None
     is_error: bool = False
     thinking: Any = None  # read only in a thinking block (where it must be text): other blocks ignore it
+    source: ImageSource | None = None  # an image block's picture
 
 
 class MessageWire(_Wire):
@@ -153,7 +174,7 @@ class OutputConfigWire(_Wire):
 
 
 def _refuse(block: Block, where: str) -> NoReturn:
-    if block.type in ("image", "document"):
+    if block.type == "document":
         raise InvalidRequest(f"{block.type} content blocks are not supported: no model here can read them", param=where)
     raise InvalidRequest(f"content blocks of type '{block.type}' are not supported here", param=where)
 
@@ -206,18 +227,26 @@ def _tool_answer(block: Block, where: str, names: dict[str, str]) -> ChatMessage
 def _user(blocks: list[Block], where: str, names: dict[str, str]) -> list[ChatMessage]:
     """A user turn's blocks in their order: tool results as tool turns, each run of text as a user turn."""
     out: list[ChatMessage] = []
-    texts: list[str] = []
+    parts: list[str | MediaPart] = []
     for i, block in enumerate(blocks):
         if block.type == "tool_result":
-            if texts:
-                out.append(ChatMessage("user", "\n".join(texts)))
-                texts = []
+            if parts:
+                out.append(_user_turn(parts))
+                parts = []
             out.append(_tool_answer(block, f"{where}.{i}", names))
+        elif block.type == "image" and block.source is not None:
+            parts.append(block.source.to_core(f"{where}.{i}"))
         else:
-            texts.append(_text(block, f"{where}.{i}"))
-    if texts or not out:
-        out.append(ChatMessage("user", "\n".join(texts)))
+            parts.append(_text(block, f"{where}.{i}"))
+    if parts or not out:
+        out.append(_user_turn(parts))
     return out
+
+
+def _user_turn(parts: list[str | MediaPart]) -> ChatMessage:
+    """Text blocks joined by line breaks, and images as media markers, as llama-server joins them."""
+    text, media = joined(parts)
+    return ChatMessage("user", text, media=media)
 
 
 class _Conversation(_Wire):

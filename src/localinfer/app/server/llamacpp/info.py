@@ -22,6 +22,7 @@ from localinfer.app.server.llamacpp.template_caps import reasoning_caps
 from localinfer.app.server.llamacpp.wire import CompletionBody
 from localinfer.backends.base import SlotInfo
 from localinfer.errors import NotSupported, QueueFull
+from localinfer.types import MEDIA_MARKER
 
 router = APIRouter(route_class=FastJSONRoute)
 
@@ -65,7 +66,12 @@ async def props(request: Request, model: str | None = None) -> dict[str, Any]:
         "total_slots": facts.n_slots,
         "model_alias": name,
         "model_path": name,
-        "modalities": {"vision": False, "audio": False},
+        "modalities": {  # video: llama-server's build reads video through ffmpeg; localinfer takes none
+            "vision": "vision" in facts.modalities,
+            "audio": "audio" in facts.modalities,
+            "video": False,
+        },
+        "media_marker": MEDIA_MARKER,  # what /completion's prompt_string holds for each of its multimodal_data
         "chat_template": facts.chat_template or "",
         "chat_template_caps": await reasoning_caps(engine, name, facts),
         "bos_token": facts.bos_token,

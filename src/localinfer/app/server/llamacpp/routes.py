@@ -52,10 +52,10 @@ async def completion(body: CompletionBody, request: Request) -> JSONResponse | S
     fields = tuple(body.response_fields or ())
     cores: list[CompletionRequest] = []
     served: list[Served] = []
-    for prompt in prompts:
+    for prompt, media in prompts:
         text, tokens = await _prompt_text(engine, model, prompt)
         core = CompletionRequest(
-            model=model, prompt=text, options=options, tokens=tokens, priority=body.priority or "normal"
+            model=model, prompt=text, options=options, tokens=tokens, priority=body.priority or "normal", media=media
         )
         cores.append(core)
         served.extend([Served(model, text, settings, fields)] * n)

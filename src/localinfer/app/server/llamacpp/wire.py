@@ -17,10 +17,11 @@ from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_n_predict, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias, shown_logit_bias
 from localinfer.app.server.core.lora import LoraWire, lora_pairs
+from localinfer.app.server.core.media import media_part
 from localinfer.app.server.core.model_defaults import LLAMA_CPP, fill
 from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
-from localinfer.types import GenerationOptions, Priority, ResponseFormat, SamplingParams
+from localinfer.types import GenerationOptions, MediaPart, Priority, ResponseFormat, SamplingParams
 
 MAX_N_PROBS: Final = 100  # the most likely tokens listed beside each generated one (n_probs)
 
@@ -32,7 +33,8 @@ Prompt = str | list[TokenId | str]
 
 class PromptObject(BaseModel):
     """llama-server's prompt as an object, ``{"prompt_string": ..., "multimodal_data": [...]}``: its text (or
-    mixed ids and text); images and audio need a multimodal projector, which this server does not load."""
+    mixed ids and text), and the base64 images and sounds of its media markers (``/props``' media_marker), in
+    order; they need a model served with a projector."""
 
     prompt_string: Prompt
     multimodal_data: list[str] | None = None
@@ -43,9 +45,10 @@ class PromptObject(BaseModel):
 GivenPrompt = Prompt | PromptObject | list[PromptObject | str | list[TokenId | str]]
 
 
-def plain_prompts(given: GivenPrompt) -> list[Prompt]:
-    """The prompts ``given`` holds, each as text or mixed ids and text (``prompt_string`` objects unwrapped).
-    Raises InvalidRequest for an empty list or multimodal data."""
+def plain_prompts(given: GivenPrompt) -> list[tuple[Prompt, tuple[MediaPart, ...]]]:
+    """The prompts ``given`` holds, each as text or mixed ids and text (``prompt_string`` objects unwrapped), with
+    its media parts (an object's ``multimodal_data``). Raises InvalidRequest for an empty list or media that cannot
+    be read (core/media.py)."""
     if not isinstance(given, list) or any(isinstance(part, int) for part in given):
         return [_unwrapped(given)]  # type: ignore[arg-type]  # one prompt: text, an object, ids and text
     if not given:
@@ -53,15 +56,11 @@ def plain_prompts(given: GivenPrompt) -> list[Prompt]:
     return [_unwrapped(part) for part in given if not isinstance(part, int)]
 
 
-def _unwrapped(one: Prompt | PromptObject) -> Prompt:
+def _unwrapped(one: Prompt | PromptObject) -> tuple[Prompt, tuple[MediaPart, ...]]:
     if not isinstance(one, PromptObject):
-        return one
-    if one.multimodal_data:
-        raise InvalidRequest(
-            "multimodal_data needs a model served with a multimodal projector, which this server has not",
-            param="prompt.multimodal_data",
-        )
-    return one.prompt_string
+        return one, ()
+    media = tuple(media_part(data, param="prompt.multimodal_data") for data in one.multimodal_data or ())
+    return one.prompt_string, media
 
 
 # Samplers llama-server may be asked to run (``samplers``). Ours run top-k, top-p, min-p, penalties and temperature;

@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
+from localinfer.app.server.core.media import media_part
 from localinfer.app.server.core.model_defaults import OLLAMA, fill
 from localinfer.app.server.core.reasoning import template_variables
 from localinfer.app.server.core.stops import check_stops
@@ -23,11 +24,13 @@ from localinfer.app.server.limits import parse_json
 from localinfer.app.server.ollama.think import checked, requested
 from localinfer.errors import InvalidRequest
 from localinfer.types import (
+    MEDIA_MARKER,
     ChatMessage,
     ChatRequest,
     CompletionRequest,
     GenerationOptions,
     InfillRequest,
+    MediaPart,
     Priority,
     ResponseFormat,
     SamplingParams,
@@ -196,6 +199,19 @@ class ToolCallBody(_Wire):
     function: CalledFunction
 
 
+def with_images(text: str, images: list[str] | None, *, param: str) -> tuple[str, tuple[MediaPart, ...]]:
+    """``text`` with a media marker for each of ``images`` (base64) and their parts, placed as Ollama places them:
+    each ``[img]`` in the text is the next image, and those left over go before the text."""
+    media = tuple(media_part(image, param=param, kind="image") for image in images or ())
+    prefix = ""
+    for _ in media:
+        if "[img]" in text:
+            text = text.replace("[img]", MEDIA_MARKER, 1)
+        else:
+            prefix += MEDIA_MARKER
+    return prefix + text, media
+
+
 class ChatMessageWire(_Wire):
     role: str = Field(min_length=1)  # any role, as Ollama: the model's chat template decides what it accepts
     content: str = ""
@@ -205,14 +221,13 @@ class ChatMessageWire(_Wire):
     thinking: str | None = None  # an assistant turn's thinking, given back (the template decides what it keeps)
 
     def to_core(self, index: int) -> ChatMessage:
-        if self.images:
-            raise InvalidRequest("images are not supported: no model here can see them", param="messages.images")
+        content, media = with_images(self.content, self.images, param="messages.images")
         calls = tuple(
             ToolCall(f"call_{index}_{n}", c.function.name, c.function.arguments)
             for n, c in enumerate(self.tool_calls or ())
         )
         return ChatMessage(
-            role=self.role, content=self.content, tool_calls=calls, name=self.tool_name, reasoning=self.thinking
+            role=self.role, content=content, tool_calls=calls, name=self.tool_name, reasoning=self.thinking, media=media
         )
 
 
@@ -239,8 +254,6 @@ class GenerateBody(_GenerationBody):
     def check(self) -> None:
         """Refuse what would change the answer and cannot be honoured."""
         checked(self.think)
-        if self.images:
-            raise InvalidRequest("images are not supported: no model here can see them", param="images")
         if self.template:
             raise InvalidRequest(
                 "a template in the request is not supported: the model's own chat template is used", param="template"
@@ -254,7 +267,8 @@ class GenerateBody(_GenerationBody):
     def chat(self, model: str) -> ChatRequest:
         """The prompt (and system text) through the model's chat template, as Ollama does when ``raw`` is false."""
         system = (ChatMessage("system", self.system),) if self.system else ()
-        return self._chat(model, (*system, ChatMessage("user", self.prompt)))
+        prompt, media = with_images(self.prompt, self.images, param="images")
+        return self._chat(model, (*system, ChatMessage("user", prompt, media=media)))
 
     def infill(self, model: str) -> InfillRequest:
         """Fill in the middle: ``prompt`` is the text before the gap, ``suffix`` the text after it."""
@@ -269,12 +283,14 @@ class GenerateBody(_GenerationBody):
 
     def completion(self, model: str) -> CompletionRequest:
         """The prompt as it is (``raw``)."""
+        prompt, media = with_images(self.prompt, self.images, param="images")
         return CompletionRequest(
             model,
-            self.prompt,
+            prompt,
             self._options(),
             keep_alive=self.keep_alive_seconds(),
             priority=self.priority or "normal",
+            media=media,
         )
 
 

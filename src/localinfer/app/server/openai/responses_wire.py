@@ -35,12 +35,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
+from localinfer.app.server.core.media import joined, media_part
 from localinfer.app.server.core.tools import FunctionWire, ToolWire
 from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
 from localinfer.app.server.openai.tools_wire import CalledFunctionWire, NamedChoice, tools_to_core
 from localinfer.app.server.openai.wire import ReasoningWire, _SamplingWire
 from localinfer.errors import InvalidRequest
-from localinfer.types import ChatMessage, ChatRequest, ResponseFormat, ToolCall
+from localinfer.types import ChatMessage, ChatRequest, MediaPart, ResponseFormat, ToolCall
 
 TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -54,6 +55,23 @@ class ContentPart(_Wire):
     type: str
     text: str | None = None
     refusal: str | None = None
+    image_url: str | None = None  # an input_image's picture: a data: URI (or a URL, with --allow-image-urls)
+    file_id: str | None = None
+
+
+def _with_images(content: str | list[ContentPart], param: str) -> tuple[str, tuple[MediaPart, ...]]:
+    """A message's text and its ``input_image`` parts, joined as llama-server joins a chat message's parts."""
+    if isinstance(content, str) or all(part.type != "input_image" for part in content):
+        return _text(content, param), ()
+    parts: list[str | MediaPart] = []
+    for j, part in enumerate(content):
+        if part.type != "input_image":
+            parts.append(_text([part], param))
+        elif part.image_url is None:
+            raise InvalidRequest("an input_image needs its image_url (file_id is not supported)", param=f"{param}.{j}")
+        else:
+            parts.append(media_part(part.image_url, param=f"{param}.{j}", kind="image"))
+    return joined(parts)
 
 
 def _text(content: str | list[ContentPart], param: str) -> str:
@@ -151,11 +169,11 @@ def input_messages(items: list[InputItem]) -> list[ChatMessage]:
         param = f"input.{i}"
         follows_assistant = bool(messages) and messages[-1].role == "assistant"
         if isinstance(item, MessageItem):
-            text = _text(item.content, f"{param}.content")
+            text, media = _with_images(item.content, f"{param}.content")
             if item.role == "assistant" and follows_assistant:
                 messages[-1] = dataclasses.replace(messages[-1], content=messages[-1].content + text)
             else:
-                messages.append(ChatMessage("system" if item.role == "developer" else item.role, text))
+                messages.append(ChatMessage("system" if item.role == "developer" else item.role, text, media=media))
         elif isinstance(item, FunctionCallItem):
             call = item.to_core(param)
             names[call.id] = call.name

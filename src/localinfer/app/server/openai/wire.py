@@ -13,6 +13,7 @@ from localinfer.app.server.core.choices import MAX_CHOICES
 from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
 from localinfer.app.server.core.logit_bias import parse_logit_bias
 from localinfer.app.server.core.lora import LoraWire, lora_pairs
+from localinfer.app.server.core.media import joined, media_part
 from localinfer.app.server.core.model_defaults import OPENAI, fill
 from localinfer.app.server.core.reasoning import requested_thinking, template_variables
 from localinfer.app.server.core.stops import check_stops
@@ -26,6 +27,7 @@ from localinfer.types import (
     CompletionRequest,
     GenerationOptions,
     InfillRequest,
+    MediaPart,
     Priority,
     PromptEnd,
     ResponseFormat,
@@ -65,9 +67,35 @@ class ResponseFormatWire(_Wire):
         return ResponseFormat(self.type)
 
 
+class ImageURLWire(_Wire):
+    url: str
+    detail: str | None = None  # OpenAI's resolution hint: the projector's own resolution is used
+
+
+class InputAudioWire(_Wire):
+    data: str  # base64
+    format: str | None = None  # wav, mp3: the kind is read from the bytes
+
+
 class ContentPart(_Wire):
     type: str
     text: str | None = None
+    image_url: ImageURLWire | str | None = None
+    input_audio: InputAudioWire | None = None
+
+    def to_core(self) -> str | MediaPart:
+        """The part's text, or its image or sound (core/media.py). Raises InvalidRequest."""
+        if self.type == "text":
+            return self.text or ""
+        if self.type == "image_url" and self.image_url is not None:
+            url = self.image_url if isinstance(self.image_url, str) else self.image_url.url
+            return media_part(url, param="messages.content.image_url", kind="image")
+        if self.type == "input_audio" and self.input_audio is not None:
+            return media_part(self.input_audio.data, param="messages.content.input_audio", kind="audio")
+        raise InvalidRequest(
+            f"content parts of type {self.type} are not supported (text, image_url and input_audio are)",
+            param="messages.content",
+        )
 
 
 class MessageWire(_Wire):
@@ -79,9 +107,10 @@ class MessageWire(_Wire):
     reasoning_content: str | None = None  # a reasoning model's thinking of an earlier turn, given back
 
     def to_core(self) -> ChatMessage:
-        if isinstance(self.content, list):
-            if any(part.type != "text" for part in self.content):
-                raise InvalidRequest("only text content parts are supported", param="messages.content")
+        media: tuple[MediaPart, ...] = ()
+        if isinstance(self.content, list) and any(part.type != "text" for part in self.content):
+            text, media = joined([part.to_core() for part in self.content])  # as llama-server joins them
+        elif isinstance(self.content, list):
             text = "".join(part.text or "" for part in self.content)
         else:
             text = self.content or ""
@@ -92,6 +121,7 @@ class MessageWire(_Wire):
             tool_call_id=self.tool_call_id,
             name=self.name,
             reasoning=self.reasoning_content,
+            media=media,
         )
 
 
