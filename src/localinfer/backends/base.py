@@ -88,6 +88,10 @@ class LoadSpec:
     pooling: str = ""  # llama-server's --pooling for embeddings: mean, cls, last, rank, none; "": as the file states
     cache_reuse: int = 256  # runs of at least so many cached tokens are moved, not recomputed (0: off; kv_shift.py)
     context_shift: bool = False  # a generation at the end of its context drops the oldest half and goes on
+    last_token_alone: bool = True  # a prompt's last token in a step of its own: greedy text the same cold and cached
+    devices: tuple[str, ...] | None = None  # the devices layers may go to (llama.cpp's names); (): none; None: all
+    kv_offload: bool = True  # offloaded layers' KV cache on their device (llama-server's --no-kv-offload: False)
+    op_offload: bool = True  # CPU layers' large batches computed on a GPU (llama-server's --no-op-offload: False)
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take offloaded layers
     tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, RPC workers first; (): by memory
 

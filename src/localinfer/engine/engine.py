@@ -34,6 +34,7 @@ from localinfer.backends.base import (
     not_a_reranker,
     reranker_refusal,
 )
+from localinfer.backends.llamacpp.devices import parse_devices
 from localinfer.backends.llamacpp.rpc_child import with_rpc_child
 from localinfer.backends.llamacpp.rpc_wire import parse_endpoints
 from localinfer.backends.registry import (
@@ -161,6 +162,10 @@ class Engine:
             flash_attn=s.flash_attn,
             cache_reuse=s.cache_reuse,
             context_shift=s.context_shift,
+            last_token_alone=s.last_token_alone,
+            devices=parse_devices(s.device),
+            kv_offload=s.kv_offload,
+            op_offload=s.op_offload,
             rpc=parse_endpoints(s.rpc),
             tensor_split=parse_tensor_split(s.tensor_split),
             speculation=s.speculation,
@@ -221,7 +226,7 @@ class Engine:
         choose TensorRT-LLM when the engine setting names none), as the registry chooses it."""
         s = self._settings
         return Overrides(
-            gpu_layers=s.gpu_layers,
+            gpu_layers=0 if parse_devices(s.device) == () else s.gpu_layers,
             ctx_size=ctx_size,
             parallel=s.parallel or None,
             threads=s.threads or None,

@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands import rpc as rpc_flags
+from localinfer.app.commands.device_flags import add_device_flags, check_devices, device_overrides, list_devices
 from localinfer.app.commands.llama_server_flags import (
     add_llama_server_flags,
     add_reasoning_flags,
@@ -189,6 +190,7 @@ def add_parser(subparsers: Any) -> None:
     add_request_default_flags(p)
     add_reasoning_flags(p)
     add_llama_server_flags(p)
+    add_device_flags(p)
     p.add_argument(
         "--engine",
         choices=("vllm", "sglang", "tgi", "trtllm"),
@@ -242,6 +244,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.hardware.detect import detect
     from localinfer.models.library import ModelLibrary
 
+    if args.list_devices:
+        return list_devices()
     args.model = model_named(args)
     ctx_size, ctx_note = ctx_per_slot(args.ctx_size, args.parallel)
     settings = settings.with_overrides(
@@ -288,7 +292,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         reasoning=args.reasoning,
         reasoning_budget=args.reasoning_budget,
         chat_template_kwargs=args.chat_template_kwargs,
+        **device_overrides(args),
     )
+    check_devices(settings.device)
     api_key = settings.api_key.get_secret_value() if settings.api_key else None
     hosts = hosts_of(settings.host)
     if not hosts:

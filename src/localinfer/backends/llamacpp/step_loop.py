@@ -9,6 +9,11 @@ llama.cpp context.
 Each slot has KV cells of its own, a whole context long. A job goes to the free slot whose cache shares the
 longest prefix with its prompt; when another slot's cache (busy or not) shares a much longer one, it is copied
 into the job's slot first. Only the rest of the prompt is computed.
+
+A prompt's last token is computed in a step of its own (``LlamaModel.last_token_alone``, on by default): a cached
+prompt's is (at least the last token is evaluated), and llama.cpp's CPU kernels add up a batch of one and a batch of
+hundreds in different orders, so computing it with the rest made a near-tie in a cold prompt's first logits go
+another way than in the same prompt cached. Off, the loop computes it with the rest, as llama-server does.
 """
 
 from __future__ import annotations
@@ -362,9 +367,10 @@ class StepLoop:
             fed.append((slot, tokens))
             n += len(tokens)
         n_generating = n
-        # One micro-batch of prompt per step at most: llama.cpp computes no more at once anyway, and between steps
-        # a waiting job of higher priority can take the slot of a long prompt (JobQueue.dispatch).
-        budget = min(self._capacity - n, self._model.n_ubatch)
+        # One micro-batch of prompt per step at most (but on a GPU: _prefill_step): llama.cpp computes no more at
+        # once anyway, and between steps a waiting job of higher priority can take the slot of a long prompt
+        # (JobQueue.dispatch).
+        budget = min(self._capacity - n, self._prefill_step())
         if generating:
             budget = min(budget, PREFILL_CHUNK_WHILE_GENERATING)
         by_priority = sorted(self._slots, key=lambda s: -s.job.priority if s.job is not None else 0)
@@ -372,6 +378,8 @@ class StepLoop:
             if slot.job is None or not slot.to_prefill or budget <= 0:
                 continue
             take = slot.to_prefill[:budget]
+            if self._model.last_token_alone and len(take) == len(slot.to_prefill) > 1 and not slot.pending:
+                take = take[:-1]  # the prompt's last token is computed next step, on its own (module docstring)
             pos = len(slot.cached)
             for i, token in enumerate(take):
                 last = i == len(take) - 1 and len(take) == len(slot.to_prefill) and not slot.pending
@@ -391,8 +399,9 @@ class StepLoop:
         if self._costs is not None and len(fed) == len(generating):  # no prompt chunk: all with logits, as drafts
             lc.llama_synchronize(self._ctx)  # a GPU computes after llama_decode returns: wait, to time all of it
             self._costs.record(n, (time.perf_counter() - started) * 1000.0)
-        elif n > n_generating:
+        elif n > n_generating and any(slot.batch_index >= 0 for slot, _ in fed):
             lc.llama_synchronize(self._ctx)  # to time the prompt's computing, as llama-server's metrics do
+            # (a chunk that ends no prompt is not waited for: a GPU computes it while the next one is prepared)
         prompt_seconds = time.perf_counter() - started
         for slot, tokens in fed:
             slot.cached.extend(tokens)
@@ -411,6 +420,16 @@ class StepLoop:
         for slot in self._slots:
             if slot.job is not None and slot.batch_index >= 0:
                 self._sample(slot, slot.job)
+
+    def _prefill_step(self) -> int:
+        """The most prompt tokens a step takes: a micro-batch, or on a GPU with nothing else to do (no slot generating
+        and no job waiting) a whole batch, which llama.cpp computes micro-batch by micro-batch without a sync between
+        them: a step per micro-batch costs a sync and a turn of this loop each, while a GPU waits (#42 measured the
+        prefill of a 3B model at 0.90x of llama-server's on an H100). The micro-batches are the same either way, so
+        the cache is too."""
+        if self._model.gpu_layers > 0 and not self._queue.waiting:
+            return self._capacity
+        return self._model.n_ubatch
 
     def _add(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
         batch = self._batch
