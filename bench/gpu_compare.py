@@ -12,7 +12,7 @@ median, its spread (lowest and highest round) and localinfer's median over llama
 - prefill: ``/completion`` with a prompt of N random token ids (a new one each round, ``cache_prompt`` false) and
   ``n_predict`` 1; the figure is the server's own ``timings.prompt_per_second`` (both servers report it alike).
 - ttft: while 16 streams decode (each has sent its first token), ``--probes`` requests one after another with a
-  256-token prompt and one token to generate; p50 and p95 of the client's time to the first token.
+  new prompt of 256 words and one token to generate; p50 and p95 of the client's time to the first token.
 - memory: the GPU memory of each server's process (nvidia-smi), or its RSS with ``--cpu-only``, once loaded.
 
 The servers of the streams and ttft phases have 65 slots of 512 tokens; those of the prefill phase one slot long
@@ -132,7 +132,7 @@ def streams_round(url: str, n: int, tokens: int, seed: int) -> tuple[float, str]
     return sum(s.tokens for s in stats) / wall, stats[0].text
 
 
-def ttft_round(url: str, probes: int, seed: int, vocab: int) -> list[float]:
+def ttft_round(url: str, probes: int, seed: int) -> list[float]:
     """Start LOAD_STREAMS decoding streams, wait until each has sent a token, then time ``probes`` requests."""
     decoding = threading.Semaphore(0)
     stop = threading.Event()
@@ -158,11 +158,12 @@ def ttft_round(url: str, probes: int, seed: int, vocab: int) -> list[float]:
         if not decoding.acquire(timeout=300):
             raise BenchError("the decoding streams did not start within 300 s")
     rng = random.Random(seed)
+    words = ["harbour", "lantern", "copper", "meadow", "signal", "winter", "garden", "engine", "silver", "window"]
     times = []
     with httpx.Client() as client:
         for _ in range(probes):
-            ids = [rng.randrange(1000, vocab - 1000) for _ in range(256)]
-            body = {"prompt": ids, "max_tokens": 1, "temperature": 0, "cache_prompt": False}
+            text = " ".join(rng.choice(words) for _ in range(256))  # a word a token, about (SmolLM2's tokenizer)
+            body = {"prompt": text, "max_tokens": 1, "temperature": 0, "cache_prompt": False}
             times.append(stream_completion(client, url, body).ttft_s * 1000.0)
     stop.set()
     for t in threads:
@@ -221,9 +222,10 @@ def run_model(args: argparse.Namespace, name: str, fa: str) -> dict[str, Any]:
                 return tps
 
             result[f"streams_{n}"] = summary(alternate(args.rounds, measure))
+            write_json(args.work / "partial.json", result)
             print(f"{name} fa {fa}: {n} streams {result[f'streams_{n}']['median']}", file=sys.stderr)
         result["same_greedy_text_1_stream"] = len(set(texts.values())) == 1
-        ttft = alternate(args.rounds, lambda e, r: ttft_round(up[e].base_url, args.probes, r, vocab))
+        ttft = alternate(args.rounds, lambda e, r: ttft_round(up[e].base_url, args.probes, r))
         flat = {e: [t for rnd in v for t in rnd] for e, v in ttft.items()}
         result["ttft_ms_under_16_streams"] = {
             e: {"p50": percentile(v, 50), "p95": percentile(v, 95), "n": len(v)} for e, v in flat.items()

@@ -51,7 +51,8 @@ def ask(url: str, prompt: Prompt, tokens: int, cache_prompt: bool) -> dict[str, 
         data = answer.json()
         text = data["content"]
     timings = data["timings"]
-    return {"text": text, "n": timings["prompt_n"] + timings["cache_n"], "prompt_ms": timings["prompt_ms"]}
+    n = timings["prompt_n"] + timings.get("cache_n", 0)  # (localinfer leaves out a cache_n of 0)
+    return {"text": text, "n": n, "prompt_ms": timings["prompt_ms"]}
 
 
 def pairs(url: str, prompts: list[Prompt], tokens: int) -> list[dict[str, Any]]:
@@ -87,6 +88,7 @@ def main() -> int:
     llama = [str(bin_dir / "llama-server"), "-m", str(model), "--port", str(port), *SLOT]
     with ManagedServer("llama-server", llama, port, logs / "llama-server.log") as server:
         found["llama-server"] = pairs(server.base_url, prompts, args.tokens)
+    write_json(args.out.with_suffix(".partial.json"), {"found": found})  # what a long run has so far
     settings = {"alone": ["--spec", args.spec], "with-the-rest": ["--spec", args.spec, "--no-last-token-alone"]}
     costs: dict[str, list[list[float]]] = {name: [] for name in settings}
     ports = {name: free_port() for name in settings}
@@ -105,6 +107,7 @@ def main() -> int:
             for name in list(settings) if r % 2 == 0 else list(settings)[::-1]:
                 answers = pairs(servers[name].base_url, prompts, args.tokens)
                 found.setdefault(name, answers)
+                write_json(args.out.with_suffix(".partial.json"), {"found": found, "prompt_ms": costs})
                 costs[name].append([a["prompt_ms"] for a in answers])
     finally:
         for server in servers.values():
