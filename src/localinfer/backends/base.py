@@ -193,10 +193,12 @@ class DecodeStats:
     draft_steps: int = 0  # verifications (steps that verified a draft)
     accepted_at: list[int] = dataclasses.field(default_factory=list)  # kept draft tokens by place in their draft
 
-    def decoded(self, *, busy: int, longest: int, prompt_tokens: int, seconds: float) -> None:
-        """One decode, with ``busy`` slots holding a request and ``prompt_tokens`` of prompt (taking ``seconds``)."""
-        self.decodes += 1
-        self.busy_slots += busy
+    def decoded(self, *, busy: int, longest: int, prompt_tokens: int, seconds: float, counted: bool = True) -> None:
+        """One decode, with ``busy`` slots holding a request and ``prompt_tokens`` of prompt (taking ``seconds``);
+        not ``counted`` among the decodes when llama-server would have made none (a prompt's last token alone)."""
+        if counted:
+            self.decodes += 1
+            self.busy_slots += busy
         self.max_tokens = max(self.max_tokens, longest)
         if prompt_tokens:
             self.prompt_tokens += prompt_tokens

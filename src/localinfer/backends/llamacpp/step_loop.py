@@ -105,6 +105,7 @@ class StepLoop:
         self.stats = DecodeStats()  # what /metrics reports as llama-server's llamacpp:* series
         self._draft_places = min(drafting.draft_max, MAX_SLOT_STEP - 1) if drafting is not None else 0
         self._actions = SlotActions()  # slots' saves, restores and erases, run between steps (slot_files.py)
+        self._held: set[int] = set()  # the slots whose prompt's last token the last step held back
         self._slot_files = SlotFiles(self._ctx, n_ctx=model.n_ctx, n_vocab=self._n_vocab, n_swa=self._n_swa)
         self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
 
@@ -367,6 +368,7 @@ class StepLoop:
             fed.append((slot, tokens))
             n += len(tokens)
         n_generating = n
+        held: set[int] = set()  # the slots whose prompt's last token waits for the next step
         # One micro-batch of prompt per step at most (but on a GPU: _prefill_step): llama.cpp computes no more at
         # once anyway, and between steps a waiting job of higher priority can take the slot of a long prompt
         # (JobQueue.dispatch).
@@ -380,6 +382,7 @@ class StepLoop:
             take = slot.to_prefill[:budget]
             if self._model.last_token_alone and len(take) == len(slot.to_prefill) > 1 and not slot.pending:
                 take = take[:-1]  # the prompt's last token is computed next step, on its own (module docstring)
+                held.add(slot.seq_id)
             pos = len(slot.cached)
             for i, token in enumerate(take):
                 last = i == len(take) - 1 and len(take) == len(slot.to_prefill) and not slot.pending
@@ -411,11 +414,14 @@ class StepLoop:
                 slot.job.report_progress(len(slot.cached))
             if self._n_swa and slot.job is not None and slot.next_token is None and not slot.to_prefill:
                 slot.checkpoint = checkpoints.take(self._ctx, self._memory, slot.seq_id, len(slot.cached))
+        alone = not n_generating and all(len(t) == 1 and slot.seq_id in self._held for slot, t in fed)
+        self._held = held
         self.stats.decoded(
             busy=sum(s.job is not None for s in self._slots),
             longest=max(len(s.cached) for s in self._slots),
             prompt_tokens=n - n_generating,
             seconds=prompt_seconds,
+            counted=not alone,  # llama-server computes the last token with the rest: a decode it does not make
         )
         for slot in self._slots:
             if slot.job is not None and slot.batch_index >= 0:
