@@ -36,6 +36,15 @@
 # exits 1 when a step failed. It runs bench/rpc.py twice: with the workers lending the GPU (the servers' GPU hidden), and on the CPU
 # alone (the GPU hidden from all), where 16 cores leave the servers' Python off the workers' cores.
 #
+# llama-server against localinfer (bench/gpu_compare.py, docs/benchmarks.md; #42), in one call that builds llama.cpp
+# with CUDA and flash attention for one architecture as shared libraries (llama-server, llama-quantize, and the
+# libraries llama-cpp-python's carried Python files load), makes random-weight Llama models of SmolLM2's tokenizer
+# there and compares the two servers on them:
+#   bench/gpu_check.sh prepare-compare [MODEL.gguf]   here: .gpu/g1 (source, wheels, Python files, tokenizer.gguf)
+#   run(carry=[".gpu/g1"], timeout_s=600, command="OUT=$OUT bash bench/gpu_check.sh compare")
+# MODELS (default 3b-Q4_K_M,3b-F16,8b-Q4_K_M), FA (default on,off), ROUNDS (default 4), CUDA_FA (the kernels,
+# default ON), BUILD_TIMEOUT (default 440 s) and COMPARE_TIMEOUT (default 480 s) size it to the time at hand.
+#
 # Environment: OUT, CMAKE_ARGS (default "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"), JOBS (default: all CPUs),
 # ROUNDS (default 5), TOKENS (default 256), CPU_ONLY=1 (check without a GPU), SERVE_ARGS (more `serve` flags for
 # every server, e.g. "--spec off"), GPU_CHECK_KEEP (default /tmp/gpu-check), PYTHON (default python3: 3.12 on the
@@ -154,26 +163,37 @@ prepare_rpc() {
 }
 
 build_rpc() {
-  [ -f "$gpu/r1/llama.cpp.tar.gz" ] || fail "no .gpu/r1 here: carry it (bench/gpu_check.sh prepare-rpc)"
+  build_shared r1 OFF llama llama-server ggml-rpc-server || exit 1
+  step "localinfer hw (this machine as a worker)"
+  LOCALINFER_HOME=/tmp/gpu-check-home timeout 120 $python -m localinfer.app.cli hw
+}
+
+# llama.cpp built here with CUDA as shared libraries, from the carried .gpu/$1 (prepare-rpc's or prepare-compare's
+# layout), flash attention kernels $2 (ON or OFF; for one architecture, CUDA_ARCH, default 90), targets $3...; then
+# llama-cpp-python's Python files and the wheels installed into $keep/site with its lib linked to the build.
+build_shared() {
+  local carried=$1 fa=$2
+  shift 2
+  [ -f "$gpu/$carried/llama.cpp.tar.gz" ] || fail "no .gpu/$carried here: carry it (bench/gpu_check.sh prepare-...)"
   step "machine"
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
   nvcc --version | tail -1
   $python --version
   echo "$(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-  rm -rf "$keep" && mkdir -p "$keep" && cp -a "$gpu/r1" "$keep/r1"
+  rm -rf "$keep" && mkdir -p "$keep" && cp -a "$gpu/$carried" "$keep/$carried"
   step "CUDA libraries"
   local extra extra_args
   extra=$(cuda_locations) || exit 1
   read -ra extra_args <<<"$extra" # -D flags naming paths, none with a space
-  step "build llama.cpp (CUDA, RPC, shared): libllama, llama-server, ggml-rpc-server"
-  tar xzf "$keep/r1/llama.cpp.tar.gz" -C "$keep"
+  step "build llama.cpp (CUDA, flash attention $fa, shared): $*"
+  tar xzf "$keep/$carried/llama.cpp.tar.gz" -C "$keep"
   local started=$SECONDS
   local args=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_CUDA=ON
-    "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}" -DGGML_CUDA_FA=OFF -DGGML_RPC=ON -DLLAMA_USE_PREBUILT_UI=OFF
+    "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}" "-DGGML_CUDA_FA=$fa" -DGGML_RPC=ON -DLLAMA_USE_PREBUILT_UI=OFF
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF)
   cmake -S "$keep/llama.cpp" -B "$keep/build" -G Ninja "${args[@]}" "${extra_args[@]}" >"$keep/cmake.log" 2>&1 ||
     { tail -40 "$keep/cmake.log"; exit 1; }
-  timeout 440 cmake --build "$keep/build" -j "${JOBS:-$(nproc)}" --target llama llama-server ggml-rpc-server \
+  timeout "${BUILD_TIMEOUT:-440}" cmake --build "$keep/build" -j "${JOBS:-$(nproc)}" --target "$@" \
     >"$keep/build.log" 2>&1
   local rc=$?
   echo "build: exit $rc after $((SECONDS - started)) s"
@@ -187,14 +207,36 @@ build_rpc() {
   ls "$keep/build/bin"
   step "install into $keep/site"
   timeout 120 $python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$keep/site" \
-    "$keep"/r1/whl/*.whl || exit 1
-  cp -a "$keep/r1/py/llama_cpp" "$keep/site/llama_cpp"
+    "$keep/$carried"/whl/*.whl || exit 1
+  cp -a "$keep/$carried/py/llama_cpp" "$keep/site/llama_cpp"
   # A link, not copies: libllama finds its libggml by its RUNPATH (the build folder), and a library loaded from
   # two files would be two ggml registries (the RPC devices registered in one, the model loaded by the other).
   ln -s "$keep/build/bin" "$keep/site/llama_cpp/lib"
   env_site
-  step "localinfer hw (this machine as a worker)"
-  LOCALINFER_HOME=/tmp/gpu-check-home timeout 120 $python -m localinfer.app.cli hw
+}
+
+# llama-server against localinfer on random-weight Llama models made there (bench/gpu_compare.py, #42): prepare
+# carries the llama.cpp source, llama-cpp-python's Python files, the wheels and SmolLM2's tokenizer (no model).
+prepare_compare() {
+  local model
+  model=$(model_path "${1:-}" prepare-compare) || exit 1
+  prepare_rpc "$model" >/dev/null || exit 1
+  rm -rf "$gpu/g1" && mv "$gpu/r1" "$gpu/g1" && rm -rf "$gpu/r2" "$gpu/g1"/model.*
+  .venv/bin/python bench/random_gguf.py "$model" "$gpu/g1/tokenizer.gguf" --tokenizer-only
+  du -sh "$gpu/g1"
+}
+
+compare() {
+  build_shared g1 "${CUDA_FA:-ON}" llama llama-server llama-quantize || exit 1
+  step "bench/gpu_compare.py"
+  local models=${MODELS:-3b-Q4_K_M,3b-F16,8b-Q4_K_M}
+  timeout "${COMPARE_TIMEOUT:-480}" $python bench/gpu_compare.py --models "$models" --fa "${FA:-on,off}" \
+    --rounds "${ROUNDS:-4}" --tokenizer "$keep/g1/tokenizer.gguf" --llama-cpp-bin "$keep/build/bin" \
+    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json"
+  local rc=$?
+  step "nvidia-smi after"
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
+  return $rc
 }
 
 check_rpc() {
@@ -349,5 +391,7 @@ all) { build && check; } 2>&1 | tee -a "$OUT/log" ;;
 prepare-rpc) prepare_rpc "${2:-}" ;;
 build-rpc) build_rpc 2>&1 | tee -a "$OUT/log" ;;
 check-rpc) check_rpc 2>&1 | tee -a "$OUT/log" ;;
-*) fail "usage: bench/gpu_check.sh prepare [MODEL.gguf] | build | check | all | prepare-rpc | build-rpc | check-rpc" ;;
+prepare-compare) prepare_compare "${2:-}" ;;
+compare) compare 2>&1 | tee -a "$OUT/log" ;;
+*) fail "usage: bench/gpu_check.sh prepare [MODEL.gguf] | build | check | all | prepare-rpc | build-rpc | check-rpc | prepare-compare [MODEL.gguf] | compare" ;;
 esac

@@ -2,6 +2,10 @@
 
 The TOML file is ``$LOCALINFER_CONFIG`` if set, else ``config.toml`` in the platform's config folder for
 localinfer. Settings are built once, in the CLI, and passed into constructors; nothing reads them at import.
+
+It is over 450 lines: one field per setting with its description, the single place each is declared (the flags, the
+environment, the TOML file and docs/configuration.md all derive from it); split by concern, the settings would be
+declared in several places again.
 """
 
 from __future__ import annotations
@@ -159,6 +163,28 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds without a token from a model on RPC workers after which the workers are checked: one "
         "that is gone (its port closed, its host unreachable, its connection reset or silent) ends the request.",
+    )
+    device: str = Field(
+        "",
+        description="The devices GGUF models may offload to, comma-separated as llama.cpp names them (CUDA0,CUDA1; "
+        "`serve --list-devices` lists them), or none for the CPU alone (llama-server's --device); unset means "
+        "every GPU, or none when gpu_layers is 0, so that a CPU-only model holds no GPU memory.",
+    )
+    kv_offload: bool = Field(
+        True,
+        description="GGUF models: the KV cache of offloaded layers is on their GPU (False: in host memory, "
+        "llama-server's --no-kv-offload).",
+    )
+    op_offload: bool = Field(
+        True,
+        description="GGUF models: large batches of layers kept on the CPU are computed on a GPU (False: on the CPU, "
+        "llama-server's --no-op-offload).",
+    )
+    last_token_alone: bool = Field(
+        True,
+        description="GGUF models: a prompt's last token is computed in a step of its own, as it is when the rest of "
+        "the prompt is cached, so greedy text is the same cold and cached (one more step per prompt: "
+        "docs/benchmarks.md); False computes it with the rest, as llama-server does.",
     )
     tensor_split: str = Field(
         "",

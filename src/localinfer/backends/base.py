@@ -110,6 +110,10 @@ class LoadSpec:
     pooling: str = ""  # llama-server's --pooling for embeddings: mean, cls, last, rank, none; "": as the file states
     cache_reuse: int = CACHE_REUSE  # runs of so many cached tokens or more are moved, not recomputed (0: off)
     context_shift: bool = False  # a generation at the end of its context drops the oldest half and goes on
+    last_token_alone: bool = True  # a prompt's last token in a step of its own: greedy text the same cold and cached
+    devices: tuple[str, ...] | None = None  # the devices layers may go to (llama.cpp's names); (): none; None: all
+    kv_offload: bool = True  # offloaded layers' KV cache on their device (llama-server's --no-kv-offload: False)
+    op_offload: bool = True  # CPU layers' large batches computed on a GPU (llama-server's --no-op-offload: False)
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) whose devices take offloaded layers
     tensor_split: tuple[float, ...] = ()  # shares of the offloaded layers per device, RPC workers first; (): by memory
     lora: tuple[LoraAdapter, ...] = ()  # LoRA adapters loaded with the model, in id order (llama.cpp only)
@@ -219,10 +223,12 @@ class DecodeStats:
     media_tokens: int = 0  # image and sound embeddings decoded (projector models; not in prompt_tokens)
     encode_seconds: float = 0.0  # the projector's time encoding them
 
-    def decoded(self, *, busy: int, longest: int, prompt_tokens: int, seconds: float) -> None:
-        """One decode, with ``busy`` slots holding a request and ``prompt_tokens`` of prompt (taking ``seconds``)."""
-        self.decodes += 1
-        self.busy_slots += busy
+    def decoded(self, *, busy: int, longest: int, prompt_tokens: int, seconds: float, counted: bool = True) -> None:
+        """One decode, with ``busy`` slots holding a request and ``prompt_tokens`` of prompt (taking ``seconds``);
+        not ``counted`` among the decodes when llama-server would have made none (a prompt's last token alone)."""
+        if counted:
+            self.decodes += 1
+            self.busy_slots += busy
         self.max_tokens = max(self.max_tokens, longest)
         if prompt_tokens:
             self.prompt_tokens += prompt_tokens

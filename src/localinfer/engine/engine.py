@@ -34,6 +34,7 @@ from localinfer.backends.base import (
     TokenPiece,
 )
 from localinfer.backends.checks import check_supported, not_a_reranker, reranker_refusal
+from localinfer.backends.llamacpp.devices import parse_devices
 from localinfer.backends.llamacpp.rpc.wire import parse_endpoints
 from localinfer.backends.registry import (
     DEFAULT_BACKENDS,
@@ -165,6 +166,10 @@ class Engine:
             flash_attn=s.flash_attn,
             cache_reuse=s.cache_reuse,
             context_shift=s.context_shift,
+            last_token_alone=s.last_token_alone,
+            devices=parse_devices(s.device),
+            kv_offload=s.kv_offload,
+            op_offload=s.op_offload,
             rpc=parse_endpoints(s.rpc),
             tensor_split=parse_tensor_split(s.tensor_split),
             speculation=s.speculation,
@@ -259,7 +264,7 @@ class Engine:
         choose TensorRT-LLM when the engine setting names none), as the registry chooses it."""
         s = self._settings
         return Overrides(
-            gpu_layers=s.gpu_layers,
+            gpu_layers=0 if parse_devices(s.device) == () else s.gpu_layers,
             ctx_size=ctx_size,
             parallel=s.parallel or None,
             threads=s.threads or None,
@@ -299,7 +304,6 @@ class Engine:
         except LocalInferError as exc:
             log.warning("planning %s without its draft model: %s", manifest.name, exc.message)
             return profile
-
 
     def _lora(self, manifest: Manifest) -> tuple[LoraAdapter, ...]:
         """The LoRA adapters ``manifest``'s model is loaded with: its own (a Modelfile's ADAPTER, an Ollama adapter

@@ -6,6 +6,7 @@ the real llama-server answers it."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,14 +87,20 @@ def test_count_tokens_accepts_thinking_and_counts_the_same_prompt(claude: anthro
 # -- whitespace stop sequences --------------------------------------------------------------------------------------
 
 
+# The poem's shape, forced (a model's greedy text differs between CPUs: a blank line in it is not to be hoped for):
+# a word, a space, a verse, a blank line, another verse; the words are the model's.
+VERSES = {**GREEDY, "grammar": 'root ::= [A-Za-z]{1,12} " " [^\\n]{1,40} "\\n\\n" [^\\n]{1,40}'}
+
+
 @pytest.mark.parametrize("stop", ["\n", " ", "\n\n"], ids=["newline", "space", "blank-line"])
 def test_a_whitespace_stop_sequence_ends_the_answer_there_and_is_named(
     claude: anthropic.Anthropic, model_name: str, stop: str
 ) -> None:
-    free = text_of(claude.messages.create(model=model_name, messages=POEM, max_tokens=80, extra_body=GREEDY))
+    free = text_of(claude.messages.create(model=model_name, messages=POEM, max_tokens=80, extra_body=VERSES))
+    assert re.fullmatch(r"[A-Za-z]{1,12} [^\n]{1,40}\n\n[^\n]{1,40}", free), free  # the grammar's shape
     assert stop in free.lstrip(), free  # the poem has it past its start: the stop cuts a text that is not empty
     stopped = claude.messages.create(
-        model=model_name, messages=POEM, max_tokens=80, stop_sequences=[stop], extra_body=GREEDY
+        model=model_name, messages=POEM, max_tokens=80, stop_sequences=[stop], extra_body=VERSES
     )
     assert stopped.stop_reason == "stop_sequence"
     assert stopped.stop_sequence == stop
@@ -102,13 +109,24 @@ def test_a_whitespace_stop_sequence_ends_the_answer_there_and_is_named(
 
 def test_a_newline_stop_sequence_is_named_in_the_streams_message_delta(smollm2_server: Server, model_name: str) -> None:
     body = {"model": model_name, "messages": POEM, "max_tokens": 80, "stop_sequences": ["\n"], "stream": True}
-    with httpx.stream("POST", f"{smollm2_server.url}/v1/messages", json={**body, **GREEDY}, timeout=120) as response:
+    with httpx.stream("POST", f"{smollm2_server.url}/v1/messages", json={**body, **VERSES}, timeout=120) as response:
         assert response.status_code == 200
         data = [json.loads(line.removeprefix("data: ")) for line in response.iter_lines() if line.startswith("data:")]
     text = "".join(d["delta"]["text"] for d in data if d["type"] == "content_block_delta")
     delta = next(d for d in data if d["type"] == "message_delta")
     assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "\n"}
     assert "\n" not in text and text.strip()
+
+
+def test_a_grammar_and_a_json_schema_together_are_refused_naming_the_grammar(
+    smollm2_server: Server, model_name: str
+) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    body = {"model": model_name, "messages": POEM, "max_tokens": 8, **VERSES}
+    body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    answer = httpx.post(f"{smollm2_server.url}/v1/messages", json=body, timeout=120)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["type"] == "error" and "grammar" in answer.json()["error"]["message"]
 
 
 # -- empty messages -------------------------------------------------------------------------------------------------

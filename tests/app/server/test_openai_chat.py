@@ -96,11 +96,14 @@ def test_stop_string_ends_the_reply_before_it(client: openai.OpenAI, model_name:
     messages: list[ChatCompletionMessageParam] = [
         {"role": "user", "content": "Count from 1 to 10, separated by commas."}
     ]
-    free = client.chat.completions.create(model=model_name, messages=messages, max_tokens=40, temperature=0)
+    counting = {"grammar": 'root ::= [A-Za-z ]{0,20} "1, 2, 3, 4, 5" [0-9, ]{0,20}'}  # a 5 forced, not hoped for
+    free = client.chat.completions.create(
+        model=model_name, messages=messages, max_tokens=40, temperature=0, extra_body=counting
+    )
     full = free.choices[0].message.content or ""
     assert "5" in full, full
     stopped = client.chat.completions.create(
-        model=model_name, messages=messages, max_tokens=40, temperature=0, stop=["5"]
+        model=model_name, messages=messages, max_tokens=40, temperature=0, stop=["5"], extra_body=counting
     )
     assert stopped.choices[0].finish_reason == "stop"
     assert stopped.choices[0].message.content == full[: full.index("5")]

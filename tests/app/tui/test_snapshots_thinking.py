@@ -1,6 +1,8 @@
 """Snapshots of a reasoning model's reply: its thinking collapsed above the answer, expanded, streaming in while the
-model still thinks, and the F2 dialog's think switch. The replies are the real engine's, on the reasoning test
-model (tests/reasoning_model.py), greedy with a thinking budget, so the same every run.
+model still thinks, and the F2 dialog's think switch. The app runs on the real engine with the reasoning test model
+(tests/reasoning_model.py) loaded, but the reply is scripted (REPLY): a model's greedy text differs between CPUs
+(a near-tie goes the other way), and a picture must not depend on the CPU it is drawn on. tests/app/tui/
+test_thinking.py checks the real model's thinking in the app.
 
 What a run measures would change the picture, so it is fixed: the status (as test_snapshots.py), the reply's
 decoding speed (the last piece's ``timings``), and the app's clock, which moves 50 ms each time the app reads it
@@ -11,8 +13,6 @@ with ``pytest tests/app/tui --snapshot-update``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import itertools
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
@@ -29,7 +29,7 @@ from localinfer.app.tui.widgets.status import StatusBar
 from localinfer.client.base import ClientStatus, InferenceClient, LoadedModelStatus
 from localinfer.config import Settings
 from localinfer.models.store import Manifest
-from localinfer.types import ChatRequest, Timings, TokenChunk
+from localinfer.types import ChatRequest, Timings, TokenChunk, Usage
 from tests.app.tui.conftest import AppFactory, register, wait_for
 from tests.app.tui.test_snapshots import FixedStatusClient
 
@@ -47,11 +47,16 @@ STATUS = ClientStatus(
     memory_available=20_000_000_000,
 )
 TIMINGS = Timings(prompt_ms=20.0, predicted_ms=250.0, prompt_n=18, predicted_n=26)  # 100 tok/s
+# The reply, a piece a token: ten of thinking (the budget), then the answer, cut at max_tokens.
+THOUGHT = ["The", " user", " asks", " about", " the", " moon", ".", " It", " orbits", " Earth"]
+ANSWER = ["The", " moon", " is", " Earth", "'s", " only", " natural", " satellite", ".", " It", " orbits", " us"]
+ANSWER += [" every", " 27", " days", ",", " and", " its", " pull", " moves", " the", " tides"]
 
 
 class SteadyClient(FixedStatusClient):
-    """The real client with a fixed status and a fixed decoding speed; with ``hold_after``, a reply is held after
-    that many pieces of thinking (the app closes with it still thinking)."""
+    """The real client with a fixed status, whose chat answers with the scripted reply (THOUGHT, then ANSWER, at
+    TIMINGS' speed); with ``hold_after``, the reply is held after that many pieces of thinking (the app closes with
+    it still thinking). The request is checked to be the one the conversation's settings make."""
 
     def __init__(self, client: InferenceClient, hold_after: int | None) -> None:
         super().__init__(client)
@@ -61,13 +66,16 @@ class SteadyClient(FixedStatusClient):
         return STATUS
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[TokenChunk, None]:
-        thought = 0
-        async with contextlib.aclosing(self.client.chat(request)) as stream:
-            async for chunk in stream:
-                yield chunk if chunk.timings is None else dataclasses.replace(chunk, timings=TIMINGS)
-                thought += bool(chunk.reasoning)
-                if thought == self.hold_after:
-                    await asyncio.get_running_loop().create_future()  # never done: cancelled when the app closes
+        assert request.model == MODEL and request.messages[-1].content == QUESTION
+        assert request.options.max_tokens == SETTINGS.max_tokens
+        for thought, piece in enumerate(THOUGHT, start=1):
+            yield TokenChunk("", reasoning=piece)
+            if thought == self.hold_after:
+                await asyncio.get_running_loop().create_future()  # never done: cancelled when the app closes
+        for piece in ANSWER:
+            yield TokenChunk(piece)
+        usage = Usage(TIMINGS.prompt_n, len(THOUGHT) + len(ANSWER), reasoning_tokens=len(THOUGHT))
+        yield TokenChunk("", finish_reason="length", usage=usage, timings=TIMINGS)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands import rpc_workers
+from localinfer.app.commands.device_flags import add_device_flags, check_devices, device_overrides, list_devices
 from localinfer.app.commands.llama_server_flags import (
     add_llama_server_flags,
     add_reasoning_flags,
@@ -194,6 +195,7 @@ def add_parser(subparsers: Any) -> None:
     add_reasoning_flags(p)
     add_llama_server_flags(p)
     add_media_flags(p)
+    add_device_flags(p)
     p.add_argument(
         "--engine",
         choices=("vllm", "sglang", "tgi", "trtllm"),
@@ -236,6 +238,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.hardware.detect import detect
     from localinfer.models.library import ModelLibrary
 
+    if args.list_devices:
+        return list_devices()
     args.model = model_named(args)
     ctx_size, ctx_note = ctx_per_slot(args.ctx_size, args.parallel, unified=args.kv_unified)
     settings = settings.with_overrides(
@@ -285,7 +289,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         reasoning_budget=args.reasoning_budget,
         chat_template_kwargs=args.chat_template_kwargs,
         **media_overrides(args),
+        **device_overrides(args),
     )
+    check_devices(settings.device)
     hosts = hosts_of(settings.host)
     if not hosts:
         raise ConfigError(f"--host {settings.host!r} names no address", hint="e.g. --host 127.0.0.1")

@@ -17,6 +17,7 @@ from typing import Any
 import llama_cpp.llama_cpp as lc
 
 from localinfer.backends.base import DeviceUse, FimTokens, LoadSpec, ModelFacts
+from localinfer.backends.llamacpp import devices as device_choice
 from localinfer.backends.llamacpp.rpc import devices as rpc
 from localinfer.errors import ModelLoadError
 from localinfer.models.metadata.thinking import thinking_markers
@@ -39,10 +40,10 @@ _backend_ready = False
 
 @lc.llama_log_callback  # type: ignore[untyped-decorator]
 def _route_llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-    """llama.cpp logs go to Python logging (warnings and errors as such, the rest at DEBUG), never to fd 2."""
+    """llama.cpp logs go to Python logging (device_choice.log_level), never to fd 2."""
     message = text.decode("utf-8", errors="replace").rstrip()
     if message:
-        log.log({4: logging.ERROR, 3: logging.WARNING}.get(level, logging.DEBUG), message)
+        log.log(device_choice.log_level(level, message), message)
 
 
 def _init_backend() -> None:
@@ -173,6 +174,7 @@ class LlamaModel:
     cache_reuse: int = 0  # runs of at least so many cached tokens are moved rather than recomputed (kv_shift.py)
     scratch_seq: int = -1  # the sequence where moved runs wait for the tokens before them (-1: none; kv_shift.py)
     context_shift: bool = False
+    last_token_alone: bool = True  # a prompt's last token computed in a step of its own, as a cached one's (step_loop)
 
     @property
     def n_swa(self) -> int:
@@ -201,6 +203,9 @@ class LlamaModel:
             keep = placed.arrays(int(lc.llama_max_devices()))
             mparams.devices = ctypes.cast(keep[0], ctypes.c_void_p)
             mparams.tensor_split = keep[1]
+        elif spec.devices is not None or spec.gpu_layers == 0:  # --device, or no layer offloaded: no other device
+            chosen = device_choice.resolve(spec.devices or ())  # (one unused still holds a context: hundreds of MiB)
+            mparams.devices = ctypes.cast(chosen, ctypes.c_void_p)
         model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
             raise ModelLoadError(
@@ -231,6 +236,8 @@ class LlamaModel:
         if spec.gpu_layers == 0:  # the CPU alone: no KV cache on a GPU, and no large batches sent there to compute
             cparams.offload_kqv = False  # (llama.cpp's op offload kept 127 MiB on an H200 with every layer on the
             cparams.op_offload = False  # CPU: docs/benchmarks.md)
+        cparams.offload_kqv = cparams.offload_kqv and spec.kv_offload  # llama-server's --no-kv-offload
+        cparams.op_offload = cparams.op_offload and spec.op_offload  # --no-op-offload
         # A sliding-window cache holds only the window (plus a batch), not the whole context; the step loop
         # checkpoints it so prefix reuse still works (llama-server does the same; full size costs 2-5x memory).
         cparams.swa_full = False
@@ -268,7 +275,8 @@ class LlamaModel:
         # llama-server): a slot may use what it holds
         n_ctx = int(lc.llama_n_ctx_seq(ctx))
         n_layer = int(lc.llama_model_n_layer(model))
-        offloaded = min(mparams.n_gpu_layers, n_layer + 1) if lc.llama_supports_gpu_offload() else 0
+        gpu = lc.llama_supports_gpu_offload() and spec.devices != ()
+        offloaded = min(mparams.n_gpu_layers, n_layer + 1) if gpu else 0
         if placed is not None:
             log.info("%s: %s", spec.name or path.name, placed.describe(n_layer, offloaded))
         devices = placed.memory(path, n_layer, offloaded, per_token * n_ctx * parallel) if placed else ()
@@ -290,6 +298,7 @@ class LlamaModel:
             cache_reuse=spec.cache_reuse,
             scratch_seq=parallel if scratch else -1,
             context_shift=spec.context_shift,
+            last_token_alone=spec.last_token_alone,
         )
 
     def free(self) -> None:

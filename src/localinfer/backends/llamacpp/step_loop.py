@@ -9,6 +9,11 @@ llama.cpp context.
 Each slot has KV cells of its own, a whole context long. A job goes to the free slot whose cache shares the
 longest prefix with its prompt; when another slot's cache (busy or not) shares a much longer one, it is copied
 into the job's slot first. Only the rest of the prompt is computed.
+
+A prompt's last token is computed in a step of its own (``LlamaModel.last_token_alone``, on by default): a cached
+prompt's is (at least the last token is evaluated), and llama.cpp's CPU kernels add up a batch of one and a batch of
+hundreds in different orders, so computing it with the rest made a near-tie in a cold prompt's first logits go
+another way than in the same prompt cached. Off, the loop computes it with the rest, as llama-server does.
 """
 
 from __future__ import annotations
@@ -116,6 +121,7 @@ class StepLoop:
         self.stats = DecodeStats()  # what /metrics reports as llama-server's llamacpp:* series
         self._draft_places = min(drafting.draft_max, MAX_SLOT_STEP - 1) if drafting is not None else 0
         self._actions = SlotActions()  # slots' saves, restores and erases, run between steps (slot_files.py)
+        self._held: set[int] = set()  # the slots whose prompt's last token the last step held back
         self._slot_files = SlotFiles(self._ctx, n_ctx=model.n_ctx, n_vocab=self._n_vocab, n_swa=self._n_swa)
         self._thread = threading.Thread(target=self._run, name="localinfer-llamacpp", daemon=True)
 
@@ -396,9 +402,11 @@ class StepLoop:
             fed.append((slot, tokens))
             n += len(tokens)
         n_generating = n
-        # One micro-batch of prompt per step at most: llama.cpp computes no more at once anyway, and between steps
-        # a waiting job of higher priority can take the slot of a long prompt (JobQueue.dispatch).
-        budget = min(self._capacity - n, self._model.n_ubatch)
+        held: set[int] = set()  # the slots whose prompt's last token waits for the next step
+        # One micro-batch of prompt per step at most (but on a GPU: _prefill_step): llama.cpp computes no more at
+        # once anyway, and between steps a waiting job of higher priority can take the slot of a long prompt
+        # (JobQueue.dispatch).
+        budget = min(self._capacity - n, self._prefill_step())
         if generating:
             budget = min(budget, PREFILL_CHUNK_WHILE_GENERATING)
         by_priority = sorted(self._slots, key=lambda s: -s.job.priority if s.job is not None else 0)
@@ -408,6 +416,9 @@ class StepLoop:
             take = slot.to_prefill[:budget] if slot.job.media is None else text_run(slot.to_prefill, budget)
             if not take:  # a picture comes next: decoded at the next step's start
                 continue
+            if self._model.last_token_alone and len(take) == len(slot.to_prefill) > 1 and not slot.pending:
+                take = take[:-1]  # the prompt's last token is computed next step, on its own (module docstring)
+                held.add(slot.seq_id)
             pos = len(slot.cached)
             for i, token in enumerate(take):
                 last = i == len(take) - 1 and len(take) == len(slot.to_prefill) and not slot.pending
@@ -429,8 +440,9 @@ class StepLoop:
         if self._costs is not None and len(fed) == len(generating):  # no prompt chunk: all with logits, as drafts
             lc.llama_synchronize(self._ctx)  # a GPU computes after llama_decode returns: wait, to time all of it
             self._costs.record(n, (time.perf_counter() - started) * 1000.0)
-        elif n > n_generating:
+        elif n > n_generating and any(slot.batch_index >= 0 for slot, _ in fed):
             lc.llama_synchronize(self._ctx)  # to time the prompt's computing, as llama-server's metrics do
+            # (a chunk that ends no prompt is not waited for: a GPU computes it while the next one is prepared)
         prompt_seconds = time.perf_counter() - started
         for slot, tokens in fed:
             slot.cached.extend(tokens)
@@ -440,11 +452,14 @@ class StepLoop:
                 slot.job.report_progress(len(slot.cached))
             if self._n_swa and slot.job is not None and slot.next_token is None and not slot.to_prefill:
                 slot.checkpoint = checkpoints.take(self._ctx, self._memory, slot.seq_id, len(slot.cached))
+        alone = not n_generating and all(len(t) == 1 and slot.seq_id in self._held for slot, t in fed)
+        self._held = held
         self.stats.decoded(
             busy=sum(s.job is not None for s in self._slots),
             longest=max(len(s.cached) for s in self._slots),
             prompt_tokens=n - n_generating,
             seconds=prompt_seconds,
+            counted=not alone,  # llama-server computes the last token with the rest: a decode it does not make
         )
         for slot in self._slots:
             if slot.job is not None and slot.batch_index >= 0:
@@ -479,6 +494,16 @@ class StepLoop:
             job.encode_ms += done.encode_ms
             self.stats.media(chunk.n_tokens, done.encode_ms / 1000.0)
             job.report_progress(len(slot.cached))
+
+    def _prefill_step(self) -> int:
+        """The most prompt tokens a step takes: a micro-batch, or on a GPU with nothing else to do (no slot generating
+        and no job waiting) a whole batch, which llama.cpp computes micro-batch by micro-batch without a sync between
+        them: a step per micro-batch costs a sync and a turn of this loop each, while a GPU waits (#42 measured the
+        prefill of a 3B model at 0.90x of llama-server's on an H100). The micro-batches are the same either way, so
+        the cache is too."""
+        if self._model.gpu_layers > 0 and not self._queue.waiting:
+            return self._capacity
+        return self._model.n_ubatch
 
     def _add(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
         batch = self._batch

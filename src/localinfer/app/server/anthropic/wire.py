@@ -351,6 +351,8 @@ class MessagesBody(_Conversation):
     stream: bool = False
     output_config: OutputConfigWire | None = None
     output_format: OutputFormatWire | None = None  # the structured-outputs beta's name for output_config.format
+    # llama-server's extension of its OpenAI routes, taken here too (its /v1/messages drops it): a GBNF grammar
+    grammar: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -363,6 +365,10 @@ class MessagesBody(_Conversation):
 
     def _response_format(self) -> ResponseFormat:
         given = (self.output_config.format if self.output_config else None) or self.output_format
+        if self.grammar:
+            if given is not None:
+                raise InvalidRequest("Cannot use both json_schema and grammar", param="grammar")
+            return ResponseFormat("grammar", grammar=self.grammar)
         return ResponseFormat("json_schema", given.schema_) if given is not None else ResponseFormat()
 
     def to_core(self) -> ChatRequest:
