@@ -152,7 +152,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
         ('FROM base\nTEMPLATE """{{ printf "%s" .Prompt }}"""\n', "Modelfile line 2: TEMPLATE: the Go template"),
         ("FROM base\nPARAMETER top_k many\n", "Modelfile line 2: PARAMETER top_k takes an integer, not 'many'"),
         ("FROM base\nADAPTER base.gguf\n", "Modelfile line 2: ADAPTER"),
-        ("FROM base\nADAPTER peft\n", "is a PEFT folder"),
+        ("FROM base\nADAPTER peft\n", "has no adapter_model.safetensors"),  # a PEFT folder is converted
         ("FROM nobody-here\n", "model 'nobody-here' not found"),
     ],
 )

