@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from localinfer.errors import ConfigError
-
-if TYPE_CHECKING:
-    pass
 
 
 def add_media_flags(p: argparse.ArgumentParser) -> None:
