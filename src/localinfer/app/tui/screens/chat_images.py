@@ -4,6 +4,7 @@ does not see."""
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from pathlib import Path
 
 from textual import on
@@ -21,8 +22,9 @@ class ImageChatScreen(ToolChatScreen):
     attached: list[Attachment]  # images to go with the next message
 
     @property
+    @abstractmethod
     def model(self) -> str | None:
-        raise NotImplementedError
+        """The conversation's model (``ChatScreen`` says)."""
 
     @on(PromptInput.AttachRequested)
     async def attach_requested(self, event: PromptInput.AttachRequested) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+from abc import abstractmethod
 from typing import ClassVar
 
 from textual import work
@@ -76,11 +77,13 @@ class ToolChatScreen(Screen[None]):
     _tool_loop: ToolLoop | None = None
 
     @property
+    @abstractmethod
     def li_app(self) -> TuiHost:
-        raise NotImplementedError
+        """The app this screen serves (``ChatScreen`` says)."""
 
+    @abstractmethod
     def _view(self, message: StoredMessage, attachments: tuple[Attachment, ...] = ()) -> MessageView:
-        raise NotImplementedError
+        """A message's view in the log (``ChatScreen`` makes it)."""
 
     @property
     def toolbox(self) -> Toolbox | None:
