@@ -7,7 +7,9 @@ Three servers in turn, each with one slot (``-c 2560 -np 1``, as the test): loca
 localinfer runs with ``--spec off`` unless ``--spec`` says otherwise.
 
 - agreement: for each server, the prompts whose cold and cached texts are the same (``--tokens`` greedy tokens),
-  and for both localinfer settings, the prompts whose texts are llama-server's, cold and cached.
+  and for both localinfer settings, the prompts whose texts are llama-server's, cold and cached; and the prompts
+  drafted alike cold and cached (the same ``draft_n`` and ``draft_n_accepted``; with ``--defaults`` and ``--spec
+  ngram`` they can differ).
 - cost: the server's own ``timings.prompt_ms`` of each cold request, in ``--rounds`` rounds that alternate the two
   localinfer servers (both up at once: each round sends every prompt to one, then the other); the medians of the
   short prompts (under 100 tokens) and the long ones (1,000 or more), and their difference.
@@ -52,7 +54,8 @@ def ask(url: str, prompt: Prompt, tokens: int, cache_prompt: bool) -> dict[str, 
         text = data["content"]
     timings = data["timings"]
     n = timings["prompt_n"] + timings.get("cache_n", 0)  # (localinfer leaves out a cache_n of 0)
-    return {"text": text, "n": n, "prompt_ms": timings["prompt_ms"]}
+    drafts = [timings.get("draft_n", 0), timings.get("draft_n_accepted", 0)]
+    return {"text": text, "n": n, "prompt_ms": timings["prompt_ms"], "drafts": drafts}
 
 
 def pairs(url: str, prompts: list[Prompt], tokens: int) -> list[dict[str, Any]]:
@@ -60,7 +63,15 @@ def pairs(url: str, prompts: list[Prompt], tokens: int) -> list[dict[str, Any]]:
     for prompt in prompts:
         cold = ask(url, prompt, tokens, cache_prompt=False)
         cached = ask(url, prompt, tokens, cache_prompt=True)
-        out.append({"n": cold["n"], "cold": cold["text"], "cached": cached["text"], "prompt_ms": cold["prompt_ms"]})
+        out.append(
+            {
+                "n": cold["n"],
+                "cold": cold["text"],
+                "cached": cached["text"],
+                "prompt_ms": cold["prompt_ms"],
+                "drafts": [cold["drafts"], cached["drafts"]],
+            }
+        )
     return out
 
 
@@ -117,8 +128,18 @@ def main() -> int:
     for name, answers in found.items():
         same = sum(a["cold"] == a["cached"] for a in answers)
         agree = sum((a["cold"], a["cached"]) == (t["cold"], t["cached"]) for a, t in zip(answers, theirs, strict=True))
-        report["agreement"][name] = {"cold_is_cached": same, "as_llama_server": agree, "of": len(answers)}
-        print(f"{name}: cold = cached for {same}/{len(answers)}, llama-server's text for {agree}", file=sys.stderr)
+        drafted_alike = sum(a["drafts"][0] == a["drafts"][1] for a in answers)  # draft_n, draft_n_accepted
+        report["agreement"][name] = {
+            "cold_is_cached": same,
+            "as_llama_server": agree,
+            "drafted_alike": drafted_alike,
+            "of": len(answers),
+        }
+        print(
+            f"{name}: cold = cached for {same}/{len(answers)}, llama-server's text for {agree}, "
+            f"drafted alike cold and cached for {drafted_alike}",
+            file=sys.stderr,
+        )
     sizes = [a["n"] for a in theirs]
     for label, low, high in (("short (<100 tokens)", 0, 100), ("long (>=1000 tokens)", 1000, 10**9)):
         picked = [i for i, n in enumerate(sizes) if low <= n < high]

@@ -26,6 +26,7 @@ KV_CACHE_BYTES: dict[str, float] = {
     "iq4_nl": 18 / 32,
 }
 DEFAULT_KV_CACHE_TYPE = "f16"
+RANDOM_SEED = 0xFFFFFFFF  # a seed that asks for a random one (llama.cpp's LLAMA_DEFAULT_SEED; -1 on the wire)
 
 
 def kv_cache_type(value: str) -> str:
@@ -146,6 +147,12 @@ class SamplingParams:
     # added to tokens' logits before sampling, as (token id or text, bias): a text's every token gets the bias (the
     # backend tokenizes it, without BOS or control tokens, as llama-server does); -inf bans; biases of a token add up
     logit_bias: tuple[tuple[int | str, float], ...] = ()
+
+    @property
+    def reproducible(self) -> bool:
+        """Whether the same request is meant to give the same text: greedy, or sampled with a seed of its own (-1
+        asks for a random one, as in llama-server)."""
+        return self.temperature <= 0 or (self.seed is not None and self.seed & 0xFFFFFFFF != RANDOM_SEED)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
+from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, NgramPool, RecentOutputs
 from localinfer.models.store import Manifest
+from localinfer.types import GenerationOptions, SamplingParams
 from tests.backends.llamacpp.test_speculation import greedy, loaded, reply
 
 
@@ -39,6 +40,16 @@ def test_a_reply_that_repeats_an_earlier_output_is_drafted_from_it() -> None:
     again = [4, 5, 6, *story[:6]]  # another prompt, and a reply that starts the same way
     assert NgramDraft(again, recent).propose(64) == story[6:18]  # six tokens matched: twelve past them
     assert NgramDraft(again).propose(64) == []  # its own text has nothing to draft from
+
+
+def test_a_greedy_or_seeded_request_adds_to_the_recent_outputs_but_drafts_from_its_own_text() -> None:
+    pool = NgramPool()
+    story = list(range(100, 160))
+    pool([1, 2, 3], True).extend(story)  # a sampled request's output
+    reproducible = pool([4, 5, 6, *story[:6]], False)
+    assert reproducible.propose(64) == []  # the output would be drafted from: not for this one
+    reproducible.extend([7, 8, 9, *story[30:40]])
+    assert pool([8, 9, *story[30:32]], True).propose(4) == story[32:36]  # its output is there for the others
 
 
 def test_the_text_whose_context_matches_longest_is_drafted_from_the_requests_own_on_a_tie() -> None:
@@ -84,18 +95,39 @@ STORY = (
 
 
 @pytest.mark.model
-async def test_a_regenerated_reply_is_drafted_from_the_first_and_is_the_same_text(smollm2: Manifest) -> None:
-    """Free text repeats nothing of its prompt, so the first reply gets few drafts; asked again, the model writes the
-    same reply (greedy), and drafts from its first output are kept, several tokens a step."""
+async def test_a_greedy_reply_asked_again_is_drafted_as_the_first_and_so_is_the_same_text(smollm2: Manifest) -> None:
+    """A greedy request's text must not depend on what was asked before (issue #42): asked again with its prompt
+    cached, it is drafted from its own text only, exactly as the first time, not from the first reply (which a
+    step of several tokens verifies with other kernels than a step of one: on some CPUs a near-tie flips)."""
+    backend = await loaded(smollm2)
+    try:
+        first, first_timings = await reply(backend, STORY, greedy(96, cache_prompt=False))
+        again, again_timings = await reply(backend, STORY, greedy(96))
+    finally:
+        await backend.unload()
+    assert again_timings.prompt_n == 1 and again_timings.cache_n > 0  # all but the last token came cached
+    assert (again_timings.draft_n, again_timings.draft_n_accepted) == (
+        first_timings.draft_n,
+        first_timings.draft_n_accepted,
+    )
+    assert again == first and first.strip()
+
+
+@pytest.mark.model
+async def test_a_sampled_reply_without_a_seed_is_drafted_from_an_earlier_output(smollm2: Manifest) -> None:
+    """Free text repeats nothing of its prompt, so the greedy reply gets few drafts; asked again sampled without a
+    seed (top-k 1: the same words, but nothing to reproduce), drafts from the first output are kept, several tokens
+    a step."""
     plain = await loaded(smollm2, speculation="off")
     try:
         expected, _ = await reply(plain, STORY, greedy(96, cache_prompt=False))
     finally:
         await plain.unload()
+    unseeded = GenerationOptions(sampling=SamplingParams(temperature=0.8, top_k=1), max_tokens=96, ignore_eos=True)
     backend = await loaded(smollm2)
     try:
         first, first_timings = await reply(backend, STORY, greedy(96, cache_prompt=False))
-        again, again_timings = await reply(backend, STORY, greedy(96, cache_prompt=False))
+        again, again_timings = await reply(backend, STORY, unseeded)
     finally:
         await backend.unload()
     assert first == again == expected and expected.strip()

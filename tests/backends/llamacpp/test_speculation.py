@@ -20,7 +20,7 @@ import pytest
 from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.llamacpp.speculative import SHADOW_MAX, Speculation
-from localinfer.backends.llamacpp.step_costs import UNMEASURED_TOKEN_SHARE, WEIGHT, StepCosts
+from localinfer.backends.llamacpp.step_costs import UNMEASURED_TOKEN_SHARE, WEIGHT, RuleCosts, StepCosts
 from localinfer.backends.llamacpp.step_loop import MIN_SHARED_PREFIX
 from localinfer.models.store import Manifest
 from localinfer.types import GenerationOptions, GenerationRequest, SamplingParams, Timings, TokenLogprob
@@ -207,6 +207,29 @@ def test_a_draft_is_cut_to_the_length_the_step_costs_say_pays() -> None:
     assert unmeasured.draft(room=100) == [] and unmeasured.shadow  # no step timed yet: scored, not fed
 
 
+def test_a_reproducible_requests_drafts_are_cut_by_a_rule_that_timings_do_not_move() -> None:
+    """A greedy or seeded request's drafts are cut by RuleCosts: the same proposal at the same rate gets the same
+    length whatever steps were timed, where the measured table cuts it at what the latest steps took."""
+    rule = RuleCosts.for_device(on_gpu=False)
+    first = Speculation(Fixed(range(1000, 1100)), draft_max=64, costs=rule)
+    before = first.draft(room=100)
+    rule.record(1, 1.0)  # a one-token step timed far cheaper than the rule says: nothing moves
+    rule.record(2, 500.0)
+    again = Speculation(Fixed(range(1000, 1100)), draft_max=64, costs=rule)
+    assert again.draft(room=100) == before == [1000]  # the first guess, 3/4 kept: one token on a CPU
+    measured = costs(*CPU_COSTS)
+    assert Speculation(Fixed(range(1000, 1100)), draft_max=64, costs=measured).draft(room=100) == [1000, 1001, 1002]
+    measured.record(2, 10.0)  # a quick step of two (a quiet moment) moves the measured table...
+    measured.record(2, 10.0)
+    assert Speculation(Fixed(range(1000, 1100)), draft_max=64, costs=measured).draft(room=100) == [
+        1000
+    ]  # ...and the cut
+    copying = Speculation(Fixed(range(1000, 1100)), draft_max=64, costs=rule, kept=400.0)
+    assert len(copying.draft(room=100)) == 31  # a text being copied: a step of 32 by the CPU's rule
+    on_gpu = Speculation(Fixed(range(1000, 1100)), draft_max=64, costs=RuleCosts.for_device(on_gpu=True), kept=400.0)
+    assert len(on_gpu.draft(room=100)) == 64
+
+
 def test_drafts_that_are_mostly_rejected_stop_being_fed_until_shadow_drafts_would_have_been_kept() -> None:
     spec = Speculation(Fixed([7] * 100), draft_max=64, costs=costs(*CPU_COSTS))
     fed = 0
@@ -320,7 +343,7 @@ async def alone_and_in_a_batch_of_four(
 class AlwaysWrong:
     """Proposes tokens the model never picks next: ids it has just sampled, repeated (a text that stutters)."""
 
-    def __init__(self, prompt: Sequence[int]) -> None:
+    def __init__(self, prompt: Sequence[int], shared: bool) -> None:
         self.last = prompt[-1]
 
     def extend(self, tokens: Sequence[int]) -> None:

@@ -135,9 +135,10 @@ def add_parser(subparsers: Any) -> None:
         "--spec",
         choices=("ngram", "draft", "off"),
         help="speculative decoding (GGUF): ngram guesses the next tokens from the prompt, the reply so far and "
-        "the model's recent outputs (the default), draft from a draft model (--draft); the guesses are verified "
-        "in one step with the model's own sampler; greedy output is the same either way where llama.cpp computes "
-        "one token and several alike, on a CPU not always past 256 tokens of context (docs/benchmarks.md)",
+        "(for a request sampled without a seed) the model's recent outputs (the default), draft from a draft model "
+        "(--draft); the guesses are verified in one step with the model's own sampler; greedy output is the same "
+        "either way where llama.cpp computes one token and several alike, on a CPU not always past 256 tokens of "
+        "context (docs/benchmarks.md)",
     )
     p.add_argument(
         "--draft",

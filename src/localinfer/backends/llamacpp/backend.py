@@ -37,12 +37,12 @@ from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.lora import LoraAdapters, check_adapter_files, no_adapters
 from localinfer.backends.llamacpp.media import MediaSpans, Projector, media_prompt, without_shifts
 from localinfer.backends.llamacpp.model import LlamaModel, check_attention
-from localinfer.backends.llamacpp.prompt_lookup import NgramDraft, RecentOutputs
+from localinfer.backends.llamacpp.prompt_lookup import NgramPool
 from localinfer.backends.llamacpp.rerank import rerank_prompts
 from localinfer.backends.llamacpp.sampling import build_sampler, is_greedy_alone, resolve_logit_bias, token_bias
 from localinfer.backends.llamacpp.slot_files import SlotAction
 from localinfer.backends.llamacpp.speculative import PromptDraftFactory
-from localinfer.backends.llamacpp.step_costs import StepCosts
+from localinfer.backends.llamacpp.step_costs import RuleCosts, StepCosts
 from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
 from localinfer.backends.llamacpp.thinking_budget import thinking_cutter
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
@@ -72,20 +72,23 @@ def drafting(
     source: PromptDraftFactory,
     draft_model: DraftModel | None,
     slots: int | None = None,
+    costs: StepCosts | None = None,
 ) -> Drafting | None:
     """How the step loop speculates for ``spec`` on ``model``: with ``draft_model`` when there is one (fed whole),
-    else with drafts from ``source`` (cut to what the step costs say pays), while at most ``slots`` slots generate
-    (None: CPU_DRAFTING_SLOTS on a CPU, all of them on a GPU); not at all when speculation is off."""
+    else with drafts from ``source`` (cut to what the step costs say pays: a greedy or seeded request's by ``costs``
+    when given, else by RuleCosts), while at most ``slots`` slots generate (None: CPU_DRAFTING_SLOTS on a CPU, all
+    of them on a GPU); not at all when speculation is off."""
     if spec.speculation == "off" or spec.draft_max <= 0:
         return None
     if slots is None:
         slots = model.n_seq_max if model.gpu_layers > 0 else min(CPU_DRAFTING_SLOTS, model.n_seq_max)
     return Drafting(
-        draft_model.source if draft_model is not None else lambda prompt, _seq_id: source(prompt),
+        draft_model.source if draft_model is not None else lambda prompt, _seq_id, shared: source(prompt, shared),
         spec.draft_max,
         spec.draft_min,
         weigh_costs=draft_model is None,  # a draft model's proposals cost its steps: fed whole (its p_min cuts them)
         max_generating=slots,
+        reproducible_costs=costs or RuleCosts.for_device(model.gpu_layers > 0),
     )
 
 
@@ -116,9 +119,11 @@ class LlamaCppBackend(Backend):
         step_costs: StepCosts | None = None,
     ) -> None:
         """``draft_source`` makes each request's speculative drafts without a draft model (None: prompt lookup
-        over the request's text and the model's recent outputs; tests give others); drafts are fed while at most
+        over the request's text and, unless the request is greedy or seeded, the model's recent outputs; tests give
+        others); drafts are fed while at most
         ``drafting_slots`` slots generate (None: as the device suits, ``drafting``), cut to the length
-        ``step_costs`` says pays (None: a table measured as the loop runs; tests give fixed ones)."""
+        ``step_costs`` says pays (None: a table measured as the loop runs, and a rule for greedy and seeded requests,
+        whose drafts must not depend on timings; tests give fixed ones, for both)."""
         self._draft_source = draft_source
         self._drafting_slots = drafting_slots
         self._step_costs = step_costs
@@ -165,8 +170,8 @@ class LlamaCppBackend(Backend):
         self._longest_token = await asyncio.to_thread(model.longest_token)
         self._model = model
         self._constraints = ConstraintCompiler(model.vocab)
-        source = self._draft_source or functools.partial(NgramDraft, recent=RecentOutputs())  # a pool per model
-        how = drafting(spec, model, source, self._draft_model, self._drafting_slots)
+        source = self._draft_source or NgramPool()  # recent outputs shared by the model's requests
+        how = drafting(spec, model, source, self._draft_model, self._drafting_slots, self._step_costs)
         if how is not None and spec.flash_attn == "off":
             log.warning(
                 "%s: drafts are verified with plain attention (--flash-attn off), which computes a step of several "
@@ -251,6 +256,7 @@ class LlamaCppBackend(Backend):
             prompt=prompt,
             sampler=sampler,
             greedy=is_greedy_alone(sampler),
+            reproducible=sampling.reproducible,
             greedy_bias=token_bias(sampling),
             max_tokens=options.max_tokens,
             ignore_eos=options.ignore_eos,

@@ -93,8 +93,9 @@ class DraftModel:
         """Its weights' size, counted with the served model's in what the backend reports."""
         return int(lc.llama_model_size(self._model.model))
 
-    def source(self, prompt: Sequence[int], seq_id: int) -> ModelDraft:
-        """A request's draft source: the draft model continuing its text in sequence ``seq_id``."""
+    def source(self, prompt: Sequence[int], seq_id: int, shared: bool = True) -> ModelDraft:
+        """A request's draft source: the draft model continuing its text in sequence ``seq_id`` (it drafts from that
+        text alone, ``shared`` or not)."""
         return ModelDraft(self, prompt, seq_id)
 
     def free(self) -> None:

@@ -72,6 +72,7 @@ class Job:
     cache_prompt: bool = True
     greedy: bool = False  # the sampler is the greedy one alone: the step loop takes the logits' argmax instead
     greedy_bias: TokenBias | None = None  # the logit biases (of a greedy sampler) that argmax adds first
+    reproducible: bool = False  # greedy or seeded: drafted from its own text only (SamplingParams.reproducible)
     cancelled: bool = False
     cached_tokens: int = 0
     generated: int = 0

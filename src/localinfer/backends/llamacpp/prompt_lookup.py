@@ -102,13 +102,19 @@ class RecentOutputs:
 
 
 class NgramDraft:
-    """Prompt lookup over one request's text (prompt, then output) and, given ``recent``, what the model generated
-    for other requests; this request's output joins ``recent`` from its first token on (a request that generates
-    nothing, such as an editor warming the cache, adds nothing)."""
+    """Prompt lookup over one request's text (prompt, then output) and, given ``recent`` and unless ``own_text_only``,
+    what the model generated for other requests; this request's output joins ``recent`` from its first token on
+    either way (a request that generates nothing, such as an editor warming the cache, adds nothing).
 
-    def __init__(self, prompt: Sequence[int], recent: RecentOutputs | None = None) -> None:
+    ``own_text_only`` is for a request whose text must not depend on others (NgramPool): a step of several tokens
+    is not always computed as a step of one, so a draft found in another request's output could change its text."""
+
+    def __init__(
+        self, prompt: Sequence[int], recent: RecentOutputs | None = None, *, own_text_only: bool = False
+    ) -> None:
         self._text = TextIndex(prompt)
         self._recent = recent
+        self._drafts_from: RecentOutputs | None = None if own_text_only else recent
         self._output: TextIndex | None = None
 
     def extend(self, tokens: Sequence[int]) -> None:
@@ -126,7 +132,7 @@ class NgramDraft:
             return []
         text = self._text.tokens
         own = self._text.find(text)
-        other = self._recent.find(text, besides=self._output) if self._recent is not None else None
+        other = self._drafts_from.find(text, besides=self._output) if self._drafts_from is not None else None
         if other is not None and (own is None or other[2] > own[1]):
             output, start, matched = other
             return output.tokens[start : start + _reach(n_max, matched)]
@@ -143,3 +149,15 @@ class NgramDraft:
 
 def _reach(n_max: int, matched: int) -> int:
     return min(n_max, max(SHORT_REACH, 2 * matched))
+
+
+class NgramPool:
+    """Prompt lookup for the requests of one loaded model, which share their recent outputs: a request made with
+    ``shared`` drafts from them too, one without (a greedy or seeded request: its text must not depend on what
+    others asked, nor on whether its own earlier answer is still remembered) from its own text only."""
+
+    def __init__(self, recent: RecentOutputs | None = None) -> None:
+        self._recent = recent if recent is not None else RecentOutputs()
+
+    def __call__(self, prompt: Sequence[int], shared: bool) -> NgramDraft:
+        return NgramDraft(prompt, self._recent, own_text_only=not shared)

@@ -42,9 +42,11 @@ class DraftSource(Protocol):
         """At most ``n_max`` tokens likely to follow the text so far; none when there is no good guess."""
 
 
-PromptDraftFactory = Callable[[Sequence[int]], DraftSource]  # a request's draft source, from its prompt
-# a request's draft source, from its prompt and its slot's sequence id (where a draft model keeps its cache)
-DraftFactory = Callable[[Sequence[int], int], DraftSource]
+# A request's draft source, from its prompt and whether it may draft from other requests' outputs (not when its
+# text must be the same whatever else was asked: a greedy or seeded request, SamplingParams.reproducible).
+PromptDraftFactory = Callable[[Sequence[int], bool], DraftSource]
+# The same, also given the slot's sequence id (where a draft model keeps its cache).
+DraftFactory = Callable[[Sequence[int], int, bool], DraftSource]
 
 
 def expected_kept(p: float, n: int) -> float:

@@ -76,6 +76,9 @@ class Drafting:
     draft_min: int
     weigh_costs: bool = True
     max_generating: int = 1
+    # what cuts the drafts of a greedy or seeded request, when they are weighed (None: the costs measured): a rule,
+    # so that the same request is drafted alike each time it is asked (step_costs.RuleCosts)
+    reproducible_costs: StepCosts | None = None
 
 
 class StepLoop:
@@ -117,6 +120,7 @@ class StepLoop:
         self._scratch = model.scratch_seq if self._reuse_min else -1
         weighing = drafting is not None and drafting.weigh_costs
         self._costs = (costs if costs is not None else StepCosts()) if weighing else None
+        self._reproducible_costs = (drafting.reproducible_costs or self._costs) if drafting and weighing else None
         self.outbox = Outbox()
         self.stats = DecodeStats()  # what /metrics reports as llama-server's llamacpp:* series
         self._draft_places = min(drafting.draft_max, MAX_SLOT_STEP - 1) if drafting is not None else 0
@@ -261,10 +265,10 @@ class StepLoop:
         ):  # made here, not at submit: a draft model drafts in the slot's sequence
             d = self._drafting
             job.speculation = Speculation(
-                d.source(job.prompt, slot.seq_id),
+                d.source(job.prompt, slot.seq_id, not job.reproducible),
                 draft_max=d.draft_max,
                 draft_min=d.draft_min,
-                costs=self._costs,
+                costs=self._reproducible_costs if job.reproducible else self._costs,
             )
 
     def _served_tokens(self, slot: Slot, prompt: list[int]) -> int:
