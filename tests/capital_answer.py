@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from openai.types.shared_params import ResponseFormatJSONSchema
+
 CAPITALS = ("Berlin", "London", "Madrid", "Paris", "Rome")
 _CHOICE = " | ".join(f'"{capital}"' for capital in CAPITALS)
 
@@ -28,7 +30,10 @@ CAPITAL_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 # OpenAI's response_format that holds a chat answer to CAPITAL_SCHEMA.
-CAPITAL_FORMAT: dict[str, Any] = {"type": "json_schema", "json_schema": {"name": "capital", "schema": CAPITAL_SCHEMA}}
+CAPITAL_FORMAT: ResponseFormatJSONSchema = {
+    "type": "json_schema",
+    "json_schema": {"name": "capital", "schema": CAPITAL_SCHEMA},
+}
 
 
 def capital_in(answer: str | None) -> str:
