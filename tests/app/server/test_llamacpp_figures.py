@@ -28,9 +28,13 @@ pytestmark = pytest.mark.model
 
 CTX = 2048
 PROMPT = "The capital of France is Paris. The capital of Germany is"
-# SmolLM2's chat, laid out as its template does: a greedy reply ends with its end-of-generation token (9 tokens in)
+# SmolLM2's chat, laid out as its template does: a greedy reply ends with its end-of-generation token, 10 tokens in.
+# Another CPU's greedy reply may be another, so the text is held to this one's, after which the model ends it rather
+# than write the space the grammar also allows (a grammar that is complete would end localinfer's reply itself,
+# without the end token llama-server samples and counts).
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 CHAT_PROMPT = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+ENDS: dict[str, Any] = {"grammar": 'root ::= "Hello! How can I help you today?" " "?'}
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 64, "temperature": 0}
 GREEDY = {"temperature": 0, "cache_prompt": False}
 
@@ -40,12 +44,12 @@ REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {
         f"limit-{n}": ("/completion", {"prompt": PROMPT, "n_predict": n, "ignore_eos": True, **GREEDY})
         for n in (1, 2, 8)
     },
-    "eos": ("/completion", {"prompt": CHAT_PROMPT, "n_predict": 64, **GREEDY}),
-    "eos-tokens": ("/completion", {"prompt": CHAT_PROMPT, "n_predict": 64, "return_tokens": True, **GREEDY}),
+    "eos": ("/completion", {"prompt": CHAT_PROMPT, "n_predict": 64, **ENDS, **GREEDY}),
+    "eos-tokens": ("/completion", {"prompt": CHAT_PROMPT, "n_predict": 64, "return_tokens": True, **ENDS, **GREEDY}),
     "tokens": ("/completion", {"prompt": PROMPT, "n_predict": 8, "ignore_eos": True, "return_tokens": True, **GREEDY}),
     "stream": ("/completion", {"prompt": PROMPT, "n_predict": 8, "ignore_eos": True, "stream": True, **GREEDY}),
-    "eos-stream": ("/completion", {"prompt": CHAT_PROMPT, "n_predict": 64, "stream": True, **GREEDY}),
-    "chat-stream": ("/v1/chat/completions", {**CHAT, "stream": True}),
+    "eos-stream": ("/completion", {"prompt": CHAT_PROMPT, "n_predict": 64, "stream": True, **ENDS, **GREEDY}),
+    "chat-stream": ("/v1/chat/completions", {**CHAT, "stream": True, **ENDS}),
     "chat-stream-usage": (
         "/v1/chat/completions",
         {**CHAT, "max_tokens": 4, "stream": True, "stream_options": {"include_usage": True}},
@@ -131,7 +135,7 @@ def test_one_token_has_no_decode_rate_as_in_llama_server(server: Server, theirs:
 
 
 def test_chat_timings_count_every_token(server: Server) -> None:
-    body = {**CHAT, "max_tokens": 6}
+    body = {**CHAT, "max_tokens": 6, "ignore_eos": True}
     timings = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120).json()["timings"]
     assert timings["predicted_n"] == 6
     assert timings["predicted_per_second"] == pytest.approx(5 * 1000 / timings["predicted_ms"], rel=0.01, abs=0.01)
@@ -190,8 +194,10 @@ def test_streamed_chat_with_usage_ends_as_llama_servers_does(server: Server, the
 
 def test_the_openai_sdk_reads_the_streamed_chat(server: Server, model_name: str) -> None:
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
-    whole = client.chat.completions.create(model=model_name, **CHAT)  # type: ignore[call-overload]
-    chunks = list(client.chat.completions.create(model=model_name, stream=True, **CHAT))  # type: ignore[call-overload]
+    whole = client.chat.completions.create(model=model_name, extra_body=ENDS, **CHAT)  # type: ignore[call-overload]
+    chunks = list(
+        client.chat.completions.create(model=model_name, stream=True, extra_body=ENDS, **CHAT)  # type: ignore[call-overload]
+    )
     assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content is None
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
     assert chunks[-1].choices[0].finish_reason == "stop"

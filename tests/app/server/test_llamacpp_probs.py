@@ -22,11 +22,15 @@ from tests.llama_cpp_tools import llama_server
 
 pytestmark = pytest.mark.model
 
-# a chat turn SmolLM2 answers in a few tokens and ends with its end token
+# a chat turn SmolLM2 answers in a few tokens and ends with its end token: "Hello.", the text held to it (another
+# CPU's greedy word may be another), after which the model ends it (0.71) rather than write the space the grammar
+# also allows. The grammar must not end there itself: a grammar that is complete ends localinfer's reply without the
+# end token that llama-server samples and counts.
 SHORT_REPLY = "<|im_start|>user\nReply with one word: hello.<|im_end|>\n<|im_start|>assistant\n"
 GREEDY: dict[str, Any] = {"prompt": SHORT_REPLY, "n_predict": 8, "temperature": 0, "cache_prompt": False}
+ONE_WORD: dict[str, Any] = {"grammar": 'root ::= "Hello." " "?'}
 CASES: dict[str, dict[str, Any]] = {
-    "greedy, ended by the model": {"n_probs": 3},
+    "greedy, ended by the model": {"n_probs": 3, **ONE_WORD},
     "greedy, cut by n_predict": {"prompt": "The capital of France is", "n_predict": 6, "n_probs": 5},
     "greedy, after the sampler chain": {"n_probs": 3, "post_sampling_probs": True},
     "sampled, after top-k and temperature": {
@@ -168,7 +172,7 @@ def test_infill_answers_n_probs(smollm2_server: Server, smollm2_fim: Manifest) -
 
 
 def test_logprobs_is_n_probs_other_name(smollm2_server: Server, ours: dict[str, dict[str, Any]]) -> None:
-    answer = completion(smollm2_server.url, logprobs=3)
+    answer = completion(smollm2_server.url, logprobs=3, **ONE_WORD)
     assert answer["generation_settings"]["n_probs"] == 3
     assert_same_probabilities(
         answer["completion_probabilities"], ours["greedy, ended by the model"]["completion_probabilities"]

@@ -11,6 +11,7 @@ import pytest
 
 from localinfer.models.store import Manifest
 from tests.app.server.conftest import Server, serving
+from tests.capital_answer import CAPITAL_GRAMMAR
 
 pytestmark = pytest.mark.model
 
@@ -25,9 +26,12 @@ def test_multi_token_prompt_decodes(client: openai.OpenAI, model_name: str) -> N
 
 
 def test_completion_continues_the_prompt(client: openai.OpenAI, model_name: str) -> None:
-    reply = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=4, temperature=0)
+    """The model reads the prompt: of the capitals it may write, it takes Germany's, not France's it was shown."""
+    reply = client.completions.create(
+        model=model_name, prompt=PROMPT, max_tokens=4, temperature=0, extra_body={"grammar": CAPITAL_GRAMMAR}
+    )
     assert reply.object == "text_completion"
-    assert "Berlin" in reply.choices[0].text
+    assert reply.choices[0].text == " Berlin"
 
 
 def test_completion_max_tokens_defaults_to_16(client: openai.OpenAI, model_name: str) -> None:
@@ -90,9 +94,15 @@ def test_gemma3_270m_served_from_a_path_is_named_after_the_file(gemma_server: Se
 
 def test_gemma3_270m_completes_through_completions(gemma_server: Server) -> None:
     client = openai.OpenAI(base_url=f"{gemma_server.url}/v1", api_key="unused", max_retries=0)
-    reply = client.completions.create(model="gemma-3-270m-q4_k_m", prompt=PROMPT, max_tokens=8, temperature=0)
+    reply = client.completions.create(
+        model="gemma-3-270m-q4_k_m",
+        prompt=PROMPT,
+        max_tokens=8,
+        temperature=0,
+        extra_body={"grammar": CAPITAL_GRAMMAR},  # a choice of capitals (tests/capital_answer.py)
+    )
     assert reply.usage is not None and reply.usage.completion_tokens > 0
-    assert "Berlin" in reply.choices[0].text
+    assert reply.choices[0].text == " Berlin"
 
 
 def test_gemma3_base_model_chat_falls_back_to_a_transcript(gemma_server: Server) -> None:

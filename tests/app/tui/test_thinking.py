@@ -1,24 +1,33 @@
 """A reasoning model's reply in the app, on the real engine and the reasoning test model (tests/reasoning_model.py):
 the thinking streams into a block above the answer that collapses once the answer starts, Ctrl+R toggles it, it
 is stored apart from the answer and given back with the history, and the F2 dialog switches it per conversation.
-The model never closes its thinking itself, so a greedy reply with a thinking budget is the same every time."""
+The model never closes its thinking itself, so a greedy reply with a thinking budget is the same every time.
+
+A reply runs to its token limit (``RunsToItsLimit``: the model's end token is not taken), so that the thinking and
+the answer these tests look at are there whatever the CPU: a model's greedy text differs between CPUs, and an end
+token taken early, right after the budget closes the thinking, would leave no answer to see."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from collections.abc import AsyncGenerator
+from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 
+from localinfer.app.tui.app import LocalInferApp
 from localinfer.app.tui.conversations import ConversationSettings, ConversationStore, StoredMessage
 from localinfer.app.tui.replies import chat_request
 from localinfer.app.tui.screens.chat import ChatScreen
 from localinfer.app.tui.widgets.message import MessageView
 from localinfer.app.tui.widgets.thinking import ThinkingBlock, thinking_summary
-from localinfer.client.base import InferenceClient
+from localinfer.client.base import ClientStatus, InferenceClient
 from localinfer.config import Settings
 from localinfer.models.store import Manifest
-from localinfer.types import ChatMessage, ChatRequest, Thinking, Usage
+from localinfer.progress import ProgressEvent
+from localinfer.types import ChatMessage, ChatRequest, ModelInfo, Thinking, TokenChunk, Usage
 from tests.app.tui.conftest import AppFactory, register, wait_for
 
 pytestmark = pytest.mark.model
@@ -26,6 +35,47 @@ pytestmark = pytest.mark.model
 MODEL = "smollm2-think"
 QUESTION = "What is the capital of France?"
 BUDGETED = ConversationSettings(temperature=0.0, max_tokens=24, thinking_budget=6)
+
+
+class RunsToItsLimit:
+    """The app's real client, except that each reply runs to its ``max_tokens`` (``ignore_eos``)."""
+
+    def __init__(self, client: InferenceClient) -> None:
+        self.client = client
+
+    @property
+    def where(self) -> str:
+        return self.client.where
+
+    def chat(self, request: ChatRequest) -> AsyncGenerator[TokenChunk, None]:
+        assert request.options.max_tokens is not None, "a reply that runs to its limit needs one"
+        options = dataclasses.replace(request.options, ignore_eos=True)
+        return self.client.chat(dataclasses.replace(request, options=options))
+
+    async def models(self) -> list[ModelInfo]:
+        return await self.client.models()
+
+    async def load(self, model: str, *, context_length: int | None = None) -> None:
+        await self.client.load(model, context_length=context_length)
+
+    def pull(self, ref: str) -> AsyncGenerator[ProgressEvent, None]:
+        return self.client.pull(ref)
+
+    async def remove(self, model: str) -> int:
+        return await self.client.remove(model)
+
+    async def status(self) -> ClientStatus:
+        return await self.client.status()
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def thinking_app(make_app: AppFactory, **kwargs: Any) -> LocalInferApp:
+    """The app on the reasoning model, its replies running to their limits."""
+    app = make_app(default_model=MODEL, **kwargs)
+    app.client = RunsToItsLimit(app.client)
+    return app
 
 
 @pytest.fixture
@@ -66,7 +116,7 @@ async def test_a_reply_keeps_its_thinking_apart_from_the_answer_as_the_engine_st
     with_thinker: Settings, conversations: ConversationStore, make_app: AppFactory
 ) -> None:
     conversation_id = thinking_chat(conversations)
-    app = make_app(default_model=MODEL)
+    app = thinking_app(make_app)
     async with app.run_test(size=(100, 30)) as pilot:
         chat = app.screen
         assert isinstance(chat, ChatScreen)
@@ -87,7 +137,7 @@ async def test_the_thinking_collapses_to_its_summary_once_the_answer_starts(
 ) -> None:
     conversation_id = thinking_chat(conversations)
     ticks = iter(range(1000))
-    app = make_app(default_model=MODEL, clock=lambda: next(ticks) / 10)  # each read 0.1 s later
+    app = thinking_app(make_app, clock=lambda: next(ticks) / 10)  # each read 0.1 s later
     async with app.run_test(size=(100, 30)) as pilot:
         chat = app.screen
         assert isinstance(chat, ChatScreen)
@@ -106,7 +156,7 @@ async def test_ctrl_r_expands_and_collapses_the_latest_thinking(
     with_thinker: Settings, conversations: ConversationStore, make_app: AppFactory
 ) -> None:
     thinking_chat(conversations)
-    app = make_app(default_model=MODEL)
+    app = thinking_app(make_app)
     async with app.run_test(size=(100, 30)) as pilot:
         chat = app.screen
         assert isinstance(chat, ChatScreen)
@@ -124,7 +174,7 @@ async def test_a_reply_cut_while_thinking_keeps_its_thinking_open_and_has_no_ans
     with_thinker: Settings, conversations: ConversationStore, make_app: AppFactory
 ) -> None:
     conversation_id = thinking_chat(conversations, ConversationSettings(temperature=0.0, max_tokens=8))
-    app = make_app(default_model=MODEL)
+    app = thinking_app(make_app)
     async with app.run_test(size=(100, 30)) as pilot:
         chat = app.screen
         assert isinstance(chat, ChatScreen)
@@ -140,7 +190,7 @@ async def test_the_think_switch_off_asks_for_a_reply_with_no_thinking(
 ) -> None:
     settings = ConversationSettings(temperature=0.0, max_tokens=12, think=False)
     conversation_id = thinking_chat(conversations, settings)
-    app = make_app(default_model=MODEL)
+    app = thinking_app(make_app)
     async with app.run_test(size=(100, 30)) as pilot:
         chat = app.screen
         assert isinstance(chat, ChatScreen)
@@ -158,7 +208,7 @@ async def test_f2_sets_the_think_switch_and_budget_of_the_conversation(
     with_thinker: Settings, conversations: ConversationStore, make_app: AppFactory
 ) -> None:
     conversation_id = thinking_chat(conversations, ConversationSettings())
-    app = make_app(default_model=MODEL)
+    app = thinking_app(make_app)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("f2")
         await pilot.pause()
@@ -190,7 +240,7 @@ async def test_a_stored_reply_reopens_with_its_thinking_collapsed_and_its_time_a
         thinking_ms=1234.0,
         thinking_tokens=48,
     )
-    app = make_app(default_model=MODEL)
+    app = thinking_app(make_app)
     async with app.run_test(size=(100, 30)):
         chat = app.screen
         assert isinstance(chat, ChatScreen)

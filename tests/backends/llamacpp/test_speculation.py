@@ -430,9 +430,16 @@ async def first_tokens(backend: LlamaCppBackend, prompt: str) -> tuple[list[Toke
 
 @pytest.mark.model
 async def test_a_prefix_computed_in_one_slot_is_copied_into_another(smollm2: Manifest) -> None:
-    # With the prompt's last token computed in a step of its own (the default, #42), the copied slot's first
-    # probabilities and the own-cache slot's part in their last bits (seen at the merge of #42, not yet understood:
-    # issue #42 stays open for it); the copy is compared as llama-server computes a prompt, the last token with it.
+    # The copy is compared as llama-server computes a prompt, the last token with it. With the last token in a step
+    # of its own (the default, #42) the two runs part, and not because the copied cells sit elsewhere: a lone token
+    # over the same prefix gives the same logits bit for bit whether the prefix is the slot's own, copied whole from
+    # another stream, computed fresh, or placed after a gap. They part because of the slots' order in that step.
+    # With a cache stream per slot, llama.cpp's sequential split keeps a step's tokens in one micro-batch only while
+    # their sequence ids ascend. Here the copy's last token (slot 1) follows slot 0's generated token, so the two are
+    # computed together (flash attention's one-chunk kernel over two streams). The own-cache run's last token (slot
+    # 0) follows slot 1's, so it is split off and computed alone; once a stream holds over 256 cells (padded to
+    # 512), a lone token takes the split-KV kernel. SmolLM2's first logits differed by up to 0.87 between the two
+    # orders (docs/serving.md). Feeding a step's slots in ascending order would make the two runs compute alike.
     first, second = chat("What does parse_config skip?"), chat("What does merge_configs return?")
     backend = await loaded(smollm2, parallel=2, speculation="off", last_token_alone=False)
     try:
