@@ -109,6 +109,8 @@ class HubStandIn:
         self._drops: dict[tuple[str, str], int] = {}
         self._holds: dict[tuple[str, str], tuple[int, threading.Event]] = {}
         self._served: dict[tuple[str, str], int] = {}
+        self._sending: dict[tuple[str, str], int] = {}  # bodies of each file being sent now
+        self._sent_all = threading.Condition(self._lock)  # notified when a body ends, sent whole or not
         self._stopping = threading.Event()
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
@@ -234,6 +236,13 @@ class HubStandIn:
         with self._lock:
             return self._served.get(key, 0)
 
+    def wait_bodies_ended(self, repo_id: str, path: str, timeout: float = 120.0) -> bool:
+        """Wait until no body of that file is being sent (each one sent whole, cut, or left by its client: a client
+        that closes its connection ends its body at the next write); False if one still is after ``timeout``."""
+        key = self._key(repo_id, path)
+        with self._sent_all:
+            return self._sent_all.wait_for(lambda: not self._sending.get(key), timeout)
+
     def _key(self, repo_id: str, path: str) -> tuple[str, str]:
         with self._lock:
             repo = self._repos.get(repo_id)
@@ -284,6 +293,11 @@ class HubStandIn:
     def _corruption(self, key: tuple[str, str]) -> frozenset[int]:
         with self._lock:
             return frozenset(self._corrupt_offsets.get(key, ()))
+
+    def _sending_body(self, key: tuple[str, str], change: int) -> None:
+        with self._sent_all:
+            self._sending[key] = self._sending.get(key, 0) + change
+            self._sent_all.notify_all()
 
     def _count_served(self, key: tuple[str, str], n: int) -> None:
         with self._lock:
@@ -524,7 +538,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         if not head:
-            self._stream(key, entry, start, length)
+            self.standin._sending_body(key, +1)
+            try:
+                self._stream(key, entry, start, length)
+            finally:
+                self.standin._sending_body(key, -1)
 
     def _stream(self, key: tuple[str, str], entry: _File, start: int, length: int) -> None:
         standin = self.standin

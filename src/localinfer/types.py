@@ -365,7 +365,7 @@ class PromptProgress:
 class TokenChunk:
     """A piece of generated text. The last chunk of a generation has ``finish_reason``, ``usage`` and ``timings``,
     and ``stop_word``: the stop string that ended it (None when it ended another way, or the backend cannot say).
-    A reasoning model's thinking comes in ``reasoning``, apart from the answer's ``text`` (engine/reasoning.py)."""
+    A reasoning model's thinking comes in ``reasoning``, apart from the answer's ``text`` (engine/thinking_split.py)."""
 
     text: str
     finish_reason: FinishReason | None = None

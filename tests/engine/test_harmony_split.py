@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from localinfer.engine.harmony import HarmonySplitter, read_header, split_harmony
-from localinfer.engine.reasoning import chat_reply
+from localinfer.engine.thinking_split import chat_reply
 from localinfer.models.metadata.thinking import HARMONY
 from localinfer.types import TokenChunk, TokenStream, Tool, ToolCall, Usage
 

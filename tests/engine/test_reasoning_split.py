@@ -1,4 +1,4 @@
-"""The thinking of a reasoning model taken out of its answer (engine/reasoning.py): examples of what models write,
+"""The thinking of a reasoning model taken out of its answer (engine/thinking_split.py): examples of what models write,
 and the property that matters for streaming: however the text is cut into chunks, the same thinking and answer
 come out, and no piece of a marker ever reaches the answer."""
 
@@ -9,7 +9,7 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localinfer.engine.reasoning import ReasoningSplitter, chat_reply, split_reasoning, trimmed
+from localinfer.engine.thinking_split import ReasoningSplitter, chat_reply, split_reasoning, trimmed
 from localinfer.types import ThinkingMarkers, TokenChunk, TokenStream, Tool, Usage
 
 THINK = ThinkingMarkers("<think>", "</think>")

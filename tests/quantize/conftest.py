@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from localinfer.models.store import Manifest, ModelStore
-from localinfer.quantize.gguf import Options, quantize_model
-from localinfer.quantize.types import parse_type
+from localinfer.quantize.gguf_quantizer import Options, quantize_model
+from localinfer.quantize.quant_types import parse_type
 
 
 @pytest.fixture(scope="session")

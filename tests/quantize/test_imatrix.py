@@ -24,11 +24,11 @@ from localinfer.app.cli import main
 from localinfer.errors import QuantizeError
 from localinfer.models.store import ModelStore
 from localinfer.quantize import imatrix_collect
-from localinfer.quantize.gguf import Options, quantize_model
+from localinfer.quantize.gguf_quantizer import Options, quantize_model
 from localinfer.quantize.imatrix import Entry, Matrix, load_imatrix, save_imatrix
 from localinfer.quantize.imatrix_collect import Calibration, compute_imatrix
 from localinfer.quantize.perplexity import default_text, measure
-from localinfer.quantize.types import parse_type
+from localinfer.quantize.quant_types import parse_type
 from tests.llama_cpp_tools import llama_tool
 
 pytestmark = pytest.mark.model

@@ -19,9 +19,9 @@ import pytest
 
 from localinfer.app.cli import main
 from localinfer.models.store import ModelStore
-from localinfer.quantize.gguf import Options, quantize_model
+from localinfer.quantize.gguf_quantizer import Options, quantize_model
 from localinfer.quantize.perplexity import default_text, measure
-from localinfer.quantize.types import parse_type
+from localinfer.quantize.quant_types import parse_type
 from tests.llama_cpp_tools import llama_tool
 
 pytestmark = pytest.mark.model

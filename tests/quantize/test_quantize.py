@@ -14,9 +14,9 @@ from localinfer.app.cli import main
 from localinfer.errors import QuantizeError
 from localinfer.models.store import Manifest, ModelStore
 from localinfer.progress import ProgressEvent
-from localinfer.quantize import gguf as quantize_gguf
-from localinfer.quantize.gguf import Options, estimate_size, quantize_model
-from localinfer.quantize.types import parse_type
+from localinfer.quantize import gguf_quantizer
+from localinfer.quantize.gguf_quantizer import Options, estimate_size, quantize_model
+from localinfer.quantize.quant_types import parse_type
 from tests.llama_cpp_tools import llama_tool
 
 pytestmark = pytest.mark.model
@@ -117,7 +117,7 @@ def test_bad_input_is_one_line_with_a_hint_and_leaves_nothing(
 def test_a_disk_too_small_is_refused_before_writing(
     home: Path, smollm2_f16: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(quantize_gguf, "free_bytes", lambda path: 50_000_000)
+    monkeypatch.setattr(gguf_quantizer, "free_bytes", lambda path: 50_000_000)
     assert main(["--home", str(home), "quantize", str(smollm2_f16), "--type", "Q8_0"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("localinfer: not enough disk space: the Q8_0 file needs about 145 MB and 50 MB")

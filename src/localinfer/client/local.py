@@ -11,8 +11,8 @@ import psutil
 
 from localinfer.client.base import ClientStatus, LoadedModelStatus
 from localinfer.config import Settings
+from localinfer.engine.device_memory import RAM
 from localinfer.engine.engine import Engine
-from localinfer.engine.memory import RAM
 from localinfer.errors import ServerShuttingDown
 from localinfer.models.create import CreateSpec, copy, create
 from localinfer.models.hub import HubClient

@@ -46,15 +46,15 @@ from localinfer.backends.registry import (
     engine_for,
 )
 from localinfer.config import Settings
-from localinfer.engine import slot_files
+from localinfer.engine import slot_folder
+from localinfer.engine.device_memory import RAM, MachineMemory, plan_need
 from localinfer.engine.infill import infill_tokens
 from localinfer.engine.inflight import InFlight
-from localinfer.engine.memory import RAM, MachineMemory, plan_need
 from localinfer.engine.metrics import EngineMetrics
 from localinfer.engine.profiles import model_profile, trained_context, with_its_projector
-from localinfer.engine.reasoning import chat_reply, honoured
 from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
 from localinfer.engine.templates import RenderedPrompt, chat_template
+from localinfer.engine.thinking_split import chat_reply, honoured
 from localinfer.engine.tools import required_call
 from localinfer.errors import (
     InvalidRequest,
@@ -474,30 +474,30 @@ class Engine:
 
     def slot_folder(self) -> Path:
         """Where slots are saved (--slot-save-path). Raises NotSupported when the server was started without it."""
-        return slot_files.slot_folder(self._settings.slot_save_path)
+        return slot_folder.slot_folder(self._settings.slot_save_path)
 
     async def save_slot(self, model: str, id_slot: int, filename: str) -> SlotFile:
         """Save slot ``id_slot`` of ``model`` (loaded first when it is not) to ``filename`` in the slot folder, once
         the slot holds no request. Raises NotSupported without a slot folder or for a backend that cannot,
         InvalidRequest for a bad file name or slot, SlotFileError when the file cannot be written."""
-        path = slot_files.slot_file(self.slot_folder(), filename)
+        path = slot_folder.slot_file(self.slot_folder(), filename)
         return await self._with_runner(
-            model, lambda r: slot_files.check_slot_files(r.backend, r.name).save_slot(id_slot, path)
+            model, lambda r: slot_folder.check_slot_files(r.backend, r.name).save_slot(id_slot, path)
         )
 
     async def restore_slot(self, model: str, id_slot: int, filename: str) -> SlotFile:
         """Restore slot ``id_slot`` of ``model`` from ``filename`` in the slot folder, as ``save_slot``; a file that
         cannot be restored is an InvalidRequest, and leaves the slot empty."""
-        path = slot_files.slot_file(self.slot_folder(), filename)
+        path = slot_folder.slot_file(self.slot_folder(), filename)
         return await self._with_runner(
-            model, lambda r: slot_files.check_slot_files(r.backend, r.name).restore_slot(id_slot, path)
+            model, lambda r: slot_folder.check_slot_files(r.backend, r.name).restore_slot(id_slot, path)
         )
 
     async def erase_slot(self, model: str, id_slot: int) -> int:
         """Empty slot ``id_slot``'s cache, as ``save_slot``; the tokens it held."""
         self.slot_folder()
         return await self._with_runner(
-            model, lambda r: slot_files.check_slot_files(r.backend, r.name).erase_slot(id_slot)
+            model, lambda r: slot_folder.check_slot_files(r.backend, r.name).erase_slot(id_slot)
         )
 
     async def lora_adapters(self, model: str) -> tuple[LoraState, ...]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import jinja2
 
@@ -108,12 +109,88 @@ def with_thinking(text: str, markers: ThinkingMarkers | None, enabled: bool | No
     return text, False
 
 
-class ChatTemplate:
-    """Renders messages for one model. Raises InvalidRequest when the template fails on the messages."""
+class _Rendering(ABC):
+    """What a template's render does whatever writes its text (``_text``): tools a template does not know
+    described in a system turn, the turns it takes (``_turns``), the last turn continued or the reply opened, a
+    reasoning model's thinking switched, the BOS token left to the tokenizer or kept."""
+
+    kind: str
+    _facts: ModelFacts
+    _stop: tuple[str, ...] = ()
+    _continues_turns: ClassVar[bool]  # a continued last turn is its turns before, the reply's opening, its text
+    _bos_to_tokenizer: ClassVar[bool]  # a BOS text written first is left to the tokenizer (one BOS, never two)
+
+    @property
+    @abstractmethod
+    def knows_tools(self) -> bool:
+        """The template renders tools (and the calls and answers that go with them)."""
+
+    @abstractmethod
+    def _text(
+        self,
+        messages: tuple[ChatMessage, ...],
+        tools: tuple[Tool, ...],
+        thinking: Thinking,
+        variables: Mapping[str, Any] | None,
+        *,
+        generation_prompt: bool,
+    ) -> str:
+        """The template's text for ``messages``. Raises InvalidRequest when the template fails."""
+
+    def _turns(self, messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
+        """``messages`` as the template takes them."""
+        return messages
+
+    def _reasoning_tags(self) -> tuple[str, str] | None:
+        """The tags around an assistant turn's thinking, for a continued turn."""
+        return None
+
+    def render(
+        self,
+        messages: tuple[ChatMessage, ...],
+        tools: tuple[Tool, ...] = (),
+        thinking: Thinking = AS_TEMPLATE_HAS_IT,
+        variables: Mapping[str, Any] | None = None,
+        ending: PromptEnd = "reply",
+    ) -> RenderedPrompt:
+        """The prompt for ``messages``, with ``tools`` offered to the model (see engine/tools.py for a template
+        that knows none), and more ``variables`` for the template (a request's ``chat_template_kwargs``); a
+        reasoning model's thinking switched and its effort given as ``thinking`` says (``enable_thinking``,
+        ``reasoning_effort``, which the templates of Qwen3, gpt-oss and others read); ending as ``ending`` says.
+        Rendered as llama-server renders it. Raises InvalidRequest when the template fails on the messages."""
+        uses_tools = bool(tools) or any(m.tool_calls or m.role == "tool" for m in messages)
+        if uses_tools and not self.knows_tools:
+            messages, tools = described_tools(messages, tools), ()
+        messages = self._turns(messages)
+        thinking_open = False
+        if ending == "continue" and messages and self._continues_turns:
+            head, last = messages[:-1], messages[-1]
+            closed = self._text(head, tools, thinking, variables, generation_prompt=False)
+            opened = self._text(head, tools, thinking, variables, generation_prompt=True)
+            text, thinking_open = continued(closed, opened, last, self._reasoning_tags())
+        else:
+            text = self._text(messages, tools, thinking, variables, generation_prompt=ending == "reply")
+        bos = self._facts.bos_token
+        if self._bos_to_tokenizer and self._facts.add_bos and bos and text.startswith(bos):
+            text = text[len(bos) :]  # the tokenizer adds it, as llama.cpp strips it
+        if ending == "reply":
+            text, thinking_open = with_thinking(text, self._facts.thinking, thinking.enabled)
+        # A template that writes BOS for a model whose tokenizer adds none: its text is the one BOS token.
+        return RenderedPrompt(
+            text, self._stop, add_special=not (bos and text.startswith(bos)), thinking_open=thinking_open
+        )
+
+
+class ChatTemplate(_Rendering):
+    """Renders messages for one model with its Jinja template (or the fallback): the BOS text it writes first is
+    left to the tokenizer, and the last turn continued is the turns before it, the template's generation prompt and
+    that turn's text. Raises InvalidRequest when the template fails on the messages."""
+
+    _continues_turns = True
+    _bos_to_tokenizer = True
 
     def __init__(self, facts: ModelFacts) -> None:
         self._facts = facts
-        self._stop: tuple[str, ...]
         self._knows_tools = bool(facts.chat_template) and "tools" in (facts.chat_template or "")
         if facts.chat_template:
             source, self.kind, self._stop = facts.chat_template, "model", ()
@@ -134,8 +211,11 @@ class ChatTemplate:
         """The model's own template renders tools (and the calls and answers that go with them)."""
         return self._knows_tools
 
-    @functools.cached_property
     def _reasoning_tags(self) -> tuple[str, str] | None:
+        return self._tags
+
+    @functools.cached_property
+    def _tags(self) -> tuple[str, str] | None:
         """The tags the template writes around an assistant turn's thinking (engine/continuation.py), else the
         model's own thinking markers."""
         found = reasoning_tags(
@@ -158,44 +238,10 @@ class ChatTemplate:
         except InvalidRequest:
             return False
 
-    def render(
-        self,
-        messages: tuple[ChatMessage, ...],
-        tools: tuple[Tool, ...] = (),
-        thinking: Thinking = AS_TEMPLATE_HAS_IT,
-        variables: Mapping[str, Any] | None = None,
-        ending: PromptEnd = "reply",
-    ) -> RenderedPrompt:
-        """The prompt for ``messages``, with ``tools`` offered to the model (see engine/tools.py for a template
-        that knows none), and more ``variables`` for the template (a request's ``chat_template_kwargs``); a
-        reasoning model's thinking switched and its effort given as ``thinking`` says (``enable_thinking``,
-        ``reasoning_effort``, which the templates of Qwen3, gpt-oss and others read); ending as ``ending`` says.
-        Rendered as llama-server renders it: the BOS text a template writes first is left to the tokenizer (one
-        BOS token, never two), and the last turn continued is the turns before it, the template's generation
-        prompt and that turn's text."""
-        uses_tools = bool(tools) or any(m.tool_calls or m.role == "tool" for m in messages)
-        if uses_tools and not self._knows_tools:
-            messages, tools = described_tools(messages, tools), ()
+    def _turns(self, messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage, ...]:
         if messages and messages[0].role == "system" and not self._system_role:
-            messages = without_system_turn(messages)
-        markers = self._facts.thinking
-        thinking_open = False
-        if ending == "continue" and messages:
-            head, last = messages[:-1], messages[-1]
-            closed = self._text(head, tools, thinking, variables, generation_prompt=False)
-            opened = self._text(head, tools, thinking, variables, generation_prompt=True)
-            text, thinking_open = continued(closed, opened, last, self._reasoning_tags)
-        else:
-            text = self._text(messages, tools, thinking, variables, generation_prompt=ending == "reply")
-        bos = self._facts.bos_token
-        if self._facts.add_bos and bos and text.startswith(bos):  # the tokenizer adds it, as llama.cpp strips it
-            text = text[len(bos) :]
-        if ending == "reply":
-            text, thinking_open = with_thinking(text, markers, thinking.enabled)
-        # A template that writes BOS for a model whose tokenizer adds none: its text is the one BOS token.
-        return RenderedPrompt(
-            text, self._stop, add_special=not (bos and text.startswith(bos)), thinking_open=thinking_open
-        )
+            return without_system_turn(messages)
+        return messages
 
     def _text(
         self,
@@ -244,9 +290,14 @@ def without_system_turn(messages: tuple[ChatMessage, ...]) -> tuple[ChatMessage,
     return (first, *rest[1:])
 
 
-class BuiltinChatTemplate:
+class BuiltinChatTemplate(_Rendering):
     """One of llama.cpp's built-in templates, by name, rendered by llama.cpp (as llama-server renders one without
-    Jinja). It writes no tools: they are described in a system turn, as for a model's template that knows none."""
+    Jinja). It writes no tools: they are described in a system turn, as for a model's template that knows none. It
+    reads no variables, so thinking is only switched off (by an empty block after the prompt). A prompt that does
+    not end with the reply's opening ends as the turns end (as llama-server without Jinja renders it)."""
+
+    _continues_turns = False
+    _bos_to_tokenizer = False
 
     def __init__(self, name: str, facts: ModelFacts) -> None:
         self.kind = f"llama.cpp's built-in {name}"
@@ -257,28 +308,20 @@ class BuiltinChatTemplate:
     def knows_tools(self) -> bool:
         return False
 
-    def render(
+    def _text(
         self,
         messages: tuple[ChatMessage, ...],
-        tools: tuple[Tool, ...] = (),
-        thinking: Thinking = AS_TEMPLATE_HAS_IT,
-        variables: Mapping[str, Any] | None = None,
-        ending: PromptEnd = "reply",
-    ) -> RenderedPrompt:
-        """As ``ChatTemplate.render``; llama.cpp's built-in templates read no variables, so thinking is only
-        switched off (by an empty block after the prompt). A prompt that does not end with the reply's opening
-        ends as the turns end (as llama-server without Jinja renders it)."""
+        tools: tuple[Tool, ...],
+        thinking: Thinking,
+        variables: Mapping[str, Any] | None,
+        *,
+        generation_prompt: bool,
+    ) -> str:
         from localinfer.backends.llamacpp.chat_builtin import apply_builtin_template
 
-        if tools or any(m.tool_calls or m.role == "tool" for m in messages):
-            messages = described_tools(messages, tools)
-        turns = [(m.role, m.content) for m in messages]
         try:
-            text = apply_builtin_template(self._name, turns, add_assistant=ending == "reply")
+            return apply_builtin_template(
+                self._name, [(m.role, m.content) for m in messages], add_assistant=generation_prompt
+            )
         except ValueError as exc:
             raise InvalidRequest(str(exc), param="messages") from exc
-        starts_with_bos = bool(self._facts.bos_token) and text.startswith(self._facts.bos_token)
-        thinking_open = False
-        if ending == "reply":
-            text, thinking_open = with_thinking(text, self._facts.thinking, thinking.enabled)
-        return RenderedPrompt(text, (), add_special=not starts_with_bos, thinking_open=thinking_open)

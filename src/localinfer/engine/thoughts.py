@@ -1,5 +1,5 @@
 """How many of a reply's tokens a reasoning model thought in (``Usage.reasoning_tokens``), for the splitters of
-engine/reasoning.py and engine/harmony.py."""
+engine/thinking_split.py and engine/harmony.py."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from localinfer.models.create import AdapterConverter, Quantizer, file_sha256
 from localinfer.models.store import Manifest, ModelFile, ModelSource, ModelStore
 from localinfer.progress import ProgressSink
-from localinfer.quantize.gguf import Options, quantize_model
+from localinfer.quantize.gguf_quantizer import Options, quantize_model
 from localinfer.quantize.peft_lora import convert_peft_lora
-from localinfer.quantize.types import parse_type
+from localinfer.quantize.quant_types import parse_type
 
 
 def quantizer(store: ModelStore, models: ModelSource) -> Quantizer:

@@ -39,8 +39,11 @@ def complete(server: Server, prompt: str, max_tokens: int, **extra: Any) -> dict
     return result
 
 
-def stream_text(server: Server, prompt: str, max_tokens: int) -> tuple[str, int]:
-    """Stream a completion; return its text and the completion tokens its usage chunk reports."""
+def stream_text(
+    server: Server, prompt: str, max_tokens: int, started: threading.Event | None = None
+) -> tuple[str, int]:
+    """Stream a completion; return its text and the completion tokens its usage chunk reports. ``started`` is set
+    once its first token has arrived."""
     body = {
         "model": "smollm2",
         "prompt": prompt,
@@ -60,6 +63,8 @@ def stream_text(server: Server, prompt: str, max_tokens: int) -> tuple[str, int]
             chunk = json.loads(line[len("data: ") :])
             if chunk["choices"]:
                 parts.append(chunk["choices"][0]["text"])
+                if started is not None:
+                    started.set()
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
     return "".join(parts), tokens
@@ -158,8 +163,10 @@ def test_a_failing_request_does_not_disturb_the_others(batch_server: Server) -> 
     expected = [complete(batch_server, p, 40)["choices"][0]["text"] for p in PROMPTS[:2]]
     bad_schema = {"type": "object", "properties": {"x": {"$ref": "#/definitions/missing"}}}
     with ThreadPoolExecutor(3) as pool:
-        streams = [pool.submit(stream_text, batch_server, p, 40) for p in PROMPTS[:2]]
-        time.sleep(0.3)
+        started = [threading.Event() for _ in PROMPTS[:2]]
+        streams = [pool.submit(stream_text, batch_server, p, 40, s) for p, s in zip(PROMPTS[:2], started, strict=True)]
+        for event in started:  # both generating when the bad request comes
+            assert event.wait(timeout=120)
         bad = httpx.post(
             f"{batch_server.url}/v1/chat/completions",
             json={

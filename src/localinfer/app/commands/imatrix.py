@@ -52,7 +52,7 @@ def check_writable(path: Path) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from localinfer.models.library import ModelLibrary
-    from localinfer.quantize.gguf import resolve_source
+    from localinfer.quantize.gguf_quantizer import resolve_source
     from localinfer.quantize.imatrix import save_imatrix
     from localinfer.quantize.imatrix_collect import DEFAULT_TEXT_LABEL, compute_imatrix
     from localinfer.quantize.perplexity import read_text

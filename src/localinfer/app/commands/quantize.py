@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.progress_line import ProgressLine
 from localinfer.progress import ProgressEvent, ignore_progress
-from localinfer.quantize.types import TENSOR_TYPES, type_names
+from localinfer.quantize.quant_types import TENSOR_TYPES, type_names
 
 if TYPE_CHECKING:
     import argparse
@@ -63,9 +63,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from localinfer.quantize.gguf import Options, quantize_model
+    from localinfer.quantize.gguf_quantizer import Options, quantize_model
     from localinfer.quantize.imatrix_collect import Calibration
-    from localinfer.quantize.types import parse_type
+    from localinfer.quantize.quant_types import parse_type
 
     calibrate = None
     if args.calibrate is not None:  # "" is --calibrate alone: the default text

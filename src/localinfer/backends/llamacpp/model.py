@@ -93,10 +93,11 @@ GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q
 
 
 # Flash attention: "auto" is llama.cpp's choice, on wherever the device can run it, a CPU included, as llama-server
-# does. On a CPU, plain attention (a matrix product, softmax, a matrix product) can generate much faster: llama-bench
-# decodes SmolLM2 Q4_1 on 2 cores at 93.6 tok/s without it 1,000 tokens into a context and 37.7 with it, 53.3 against
-# 14.4 at 3,000; Gemma 3 270M the same either way (docs/benchmarks.md). It is not the default because plain
-# attention's results depend on how many of a sequence's tokens a step computes (another matrix kernel), so a step
+# does. On a CPU, plain attention (a matrix product, softmax, a matrix product) generates within 15 % of it: llama-bench
+# decodes SmolLM2 Q4_1 on 2 cores at 64.8 tok/s without it 1,000 tokens into a context and 55.1 with it, 38.3 against
+# 39.3 at 3,000 (2.5-3.7x faster only in a build with AVX512-FP16); Gemma 3 270M the same either way
+# (docs/benchmarks-cpu-decoding.md). It is not the default because plain attention's results depend on how many of
+# a sequence's tokens a step computes (another matrix kernel), so a step
 # that verifies a draft changes greedy text (test_attention.py), while flash attention computes each token's row
 # alone up to 256 cells (past that a lone token takes its split-KV kernel: test_step_width.py); so with it off,
 # prompt lookup is off unless asked for (Settings.speculation). Its attention scores also take memory that grows

@@ -1,6 +1,6 @@
 """What a request asks of a reasoning model's thinking, in every dialect: switched on or off, budgeted, kept apart
 from the answer or not; over the server's defaults (llama-server's ``--reasoning``, ``--reasoning-budget``,
-``--reasoning-format``, ``--chat-template-kwargs``). The engine does the rest (engine/reasoning.py)."""
+``--reasoning-format``, ``--chat-template-kwargs``). The engine does the rest (engine/thinking_split.py)."""
 
 from __future__ import annotations
 

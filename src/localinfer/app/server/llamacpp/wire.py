@@ -14,11 +14,12 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from localinfer.app.server.core.choices import MAX_CHOICES
-from localinfer.app.server.core.defaults import default_n_predict, default_seed, default_temperature
+from localinfer.app.server.core.defaults import default_n_predict, default_seed
 from localinfer.app.server.core.logit_bias import parse_logit_bias, shown_logit_bias
 from localinfer.app.server.core.lora import LoraWire, lora_pairs
 from localinfer.app.server.core.media import media_part
 from localinfer.app.server.core.model_defaults import LLAMA_CPP, fill
+from localinfer.app.server.core.sampling_fields import SamplingFields
 from localinfer.app.server.core.stops import check_stops
 from localinfer.errors import InvalidRequest
 from localinfer.types import GenerationOptions, MediaPart, Priority, ResponseFormat, SamplingParams
@@ -96,20 +97,13 @@ class _Wire(BaseModel):
                 raise InvalidRequest(f"{name} is not supported by this server", param=name)
 
 
-class CompletionBody(_Wire):
-    """``POST /completion``: llama-server's defaults (tools/server/README.md)."""
+class CompletionBody(_Wire, SamplingFields):
+    """``POST /completion``: llama-server's defaults (tools/server/README.md); its sampling fields are
+    core/sampling_fields.py's."""
 
     prompt: GivenPrompt
     n_predict: int = Field(default_factory=lambda: default_n_predict(-1), ge=-1)  # -1: until the context is full
     max_tokens: int | None = Field(None, ge=-1)  # llama-server's other name for it, when n_predict is not given
-    temperature: float = Field(default_factory=lambda: default_temperature(0.8), ge=0.0)
-    top_k: int = Field(40, ge=0)
-    top_p: float = Field(0.95, ge=0.0, le=1.0)
-    min_p: float = Field(0.05, ge=0.0, le=1.0)
-    repeat_penalty: float = Field(1.0, gt=0.0)
-    repeat_last_n: int = Field(64, ge=-1)
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
     seed: int = Field(default_factory=lambda: default_seed(-1), ge=-1, lt=2**64)  # -1: a random one
     stop: list[str] | str = Field(default_factory=list)
     stream: bool = False
@@ -181,17 +175,8 @@ class CompletionBody(_Wire):
         """The generation options this body asks for. Raises InvalidRequest naming a field we cannot honour."""
         self._refuse_unsupported()
         check_stops(self.stops, param="stop")
-        sampling = SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            min_p=self.min_p,
-            repeat_penalty=self.repeat_penalty,
-            repeat_last_n=self.repeat_last_n,
-            presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty,
-            seed=None if self.seed < 0 else self.seed,
-            logit_bias=parse_logit_bias(self.logit_bias),
+        sampling = self.sampling_params(
+            seed=None if self.seed < 0 else self.seed, logit_bias=parse_logit_bias(self.logit_bias)
         )
         return GenerationOptions(
             sampling=_only_samplers(sampling, self.samplers),

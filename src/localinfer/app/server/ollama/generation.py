@@ -42,8 +42,8 @@ from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.ollama.think import for_model, refuse_unless_reasoning
 from localinfer.app.server.ollama.wire import ChatBody, GenerateBody, json_body
 from localinfer.engine.engine import Engine
-from localinfer.engine.reasoning import trimmed
 from localinfer.engine.scheduler import Runner
+from localinfer.engine.thinking_split import trimmed
 from localinfer.errors import LocalInferError
 from localinfer.types import CompletionRequest, InfillRequest, TokenChunk, TokenStream, ToolCall
 

@@ -13,10 +13,11 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from localinfer.app.server.core.defaults import default_max_tokens, default_seed, default_temperature
+from localinfer.app.server.core.defaults import default_max_tokens, default_seed
 from localinfer.app.server.core.media import media_part
 from localinfer.app.server.core.model_defaults import OLLAMA, fill
 from localinfer.app.server.core.reasoning import template_variables
+from localinfer.app.server.core.sampling_fields import BoundedPenalties
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import MAX_TOOLS, ToolWire
 from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
@@ -33,7 +34,6 @@ from localinfer.types import (
     MediaPart,
     Priority,
     ResponseFormat,
-    SamplingParams,
     Tool,
     ToolCall,
 )
@@ -87,24 +87,20 @@ def json_body(model: type[BodyT]) -> Callable[[Request], Awaitable[BodyT]]:
     return parse
 
 
-class Options(_Wire):
-    """``options``: Ollama's sampling settings with Ollama's defaults. Runtime settings (``num_thread``,
+class Options(_Wire, BoundedPenalties):
+    """``options``: Ollama's sampling settings with Ollama's defaults (core/sampling_fields.py's fields, Ollama's
+    defaults redeclared where they differ). Runtime settings (``num_thread``,
     ``num_gpu``, ``num_batch``, ``use_mmap``...) do not change the answer and are accepted and ignored, as are
     unknown names (Ollama logs and ignores them). Those that would change the answer and that localinfer cannot
     honour (``mirostat``, ``typical_p``) are a 400 naming them."""
 
     num_ctx: int | None = Field(None, ge=1)
     num_predict: int | None = Field(default_factory=lambda: default_max_tokens(None))  # -1: no limit; -2: full context
-    temperature: float = Field(default_factory=lambda: default_temperature(0.8), ge=0.0)
-    top_p: float = Field(0.9, gt=0.0, le=1.0)
-    top_k: int = Field(40, ge=0)
+    top_p: float = Field(0.9, gt=0.0, le=1.0)  # Ollama's defaults, where they are not llama.cpp's
     min_p: float = Field(0.0, ge=0.0, le=1.0)
+    repeat_penalty: float = Field(1.1, gt=0.0)
     seed: int | None = Field(default_factory=lambda: default_seed(None), ge=-(2**63), lt=2**64)
     stop: str | list[str] | None = None
-    repeat_penalty: float = Field(1.1, gt=0.0)
-    repeat_last_n: int = Field(64, ge=-1)  # -1: the whole context
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     typical_p: float = Field(1.0, gt=0.0, le=1.0)
     mirostat: int = Field(0, ge=0, le=2)
     num_keep: int = Field(4, ge=-1)  # the prompt's first tokens a context shift keeps (Ollama's default: 4)
@@ -116,16 +112,8 @@ class Options(_Wire):
             raise InvalidRequest("typical_p sampling is not supported", param="options.typical_p")
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         check_stops(stops, param="options.stop")
-        sampling = SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            min_p=self.min_p,
-            repeat_penalty=self.repeat_penalty,
-            repeat_last_n=self.repeat_last_n,
-            presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty,
-            seed=None if self.seed is None or self.seed < 0 else self.seed,  # Ollama's -1: a random seed
+        sampling = self.sampling_params(
+            seed=None if self.seed is None or self.seed < 0 else self.seed  # Ollama's -1: a random seed
         )
         max_tokens = self.num_predict if self.num_predict is not None and self.num_predict > 0 else None
         return GenerationOptions(

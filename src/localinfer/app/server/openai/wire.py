@@ -16,6 +16,7 @@ from localinfer.app.server.core.lora import LoraWire, lora_pairs
 from localinfer.app.server.core.media import joined, media_part
 from localinfer.app.server.core.model_defaults import OPENAI, fill
 from localinfer.app.server.core.reasoning import requested_thinking, template_variables
+from localinfer.app.server.core.sampling_fields import BoundedPenalties
 from localinfer.app.server.core.stops import check_stops
 from localinfer.app.server.core.tools import ToolWire
 from localinfer.app.server.core.wire import ClientBody, keep_alive_seconds
@@ -31,7 +32,6 @@ from localinfer.types import (
     Priority,
     PromptEnd,
     ResponseFormat,
-    SamplingParams,
     Thinking,
 )
 
@@ -125,22 +125,16 @@ class MessageWire(_Wire):
         )
 
 
-class _SamplingWire(_Wire):
-    """Fields shared by chat and text completions, with llama.cpp's extensions (top_k, min_p...)."""
+class _SamplingWire(_Wire, BoundedPenalties):
+    """Fields shared by chat and text completions, with llama.cpp's extensions (top_k, min_p...): the sampling
+    fields of core/sampling_fields.py, OpenAI's temperature and penalty ranges."""
 
     model: str = ""  # none: the server's default model (core/model_name.py)
     keep_alive: str | int | float | None = None  # an extension, as Ollama's: how long the model stays loaded after
     priority: Priority | None = None  # an extension: "high" goes ahead of queued requests (FIM as you type)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    temperature: float = Field(default_factory=lambda: default_temperature(0.8), ge=0.0, le=2.0)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    top_k: int = Field(40, ge=0)
-    min_p: float = Field(0.05, ge=0.0, le=1.0)
-    repeat_penalty: float = Field(1.0, gt=0.0)
-    repeat_last_n: int = Field(64, ge=0)
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    temperature: float = Field(default_factory=lambda: default_temperature(0.8), ge=0.0, le=2.0)  # OpenAI's range
     seed: int | None = Field(default_factory=lambda: default_seed(None), ge=-(2**63), lt=2**64)
     stop: str | list[str] | None = None
     n: int = Field(1, ge=1)
@@ -180,20 +174,8 @@ class _SamplingWire(_Wire):
         self._check_supported()
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         check_stops(stops, param="stop")
-        sampling = SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            min_p=self.min_p,
-            repeat_penalty=self.repeat_penalty,
-            repeat_last_n=self.repeat_last_n,
-            presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty,
-            seed=self.seed,
-            logit_bias=parse_logit_bias(self.logit_bias),
-        )
         return GenerationOptions(
-            sampling=sampling,
+            sampling=self.sampling_params(seed=self.seed, logit_bias=parse_logit_bias(self.logit_bias)),
             max_tokens=max_tokens,
             stop=tuple(stops),
             response_format=self._constraint(response_format),

@@ -37,7 +37,7 @@ from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 from localinfer.quantize.imatrix import Matrix, check_fits, file_record, load_imatrix
 from localinfer.quantize.imatrix_collect import Calibration, calibrate, calibration_text
 from localinfer.quantize.lineage import Lineage, write_lineage
-from localinfer.quantize.types import QuantType, fallback_bpw, parse_tensor_type, tensor_bpw
+from localinfer.quantize.quant_types import QuantType, fallback_bpw, parse_tensor_type, tensor_bpw
 
 _FLOAT_TYPES = {
     int(t) for t in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16)
