@@ -143,6 +143,15 @@ def add_llama_server_flags(p: argparse.ArgumentParser) -> None:
         help="load the adapters at scale 0: applied once POST /lora-adapters or a request's lora asks",
     )
     p.add_argument("--no-slots", action="store_true", default=None, help="GET /slots answers 501, as llama-server's")
+    p.add_argument(
+        "--verbose",
+        "-v",
+        "--log-verbose",
+        action="store_true",
+        default=None,
+        help="the OpenAI routes' answers carry llama-server's __verbose (the native answer, the prompt as the model "
+        "got it); for debug logs set LOCALINFER_LOG_LEVEL=debug",
+    )
     for names, meaning in _ACCEPTED:
         p.add_argument(*names, action="store_true", help=meaning)
 
