@@ -39,7 +39,7 @@ from localinfer.app.server.ollama.routes import router as ollama_router
 from localinfer.app.server.ollama.show import router as ollama_show_router
 from localinfer.app.server.openai.chat_prompt import router as chat_prompt_router
 from localinfer.app.server.openai.embeddings import router as openai_embeddings_router
-from localinfer.app.server.openai.responses_api import router as openai_responses_router
+from localinfer.app.server.openai.responses_api.routes import router as openai_responses_router
 from localinfer.app.server.openai.routes import root_router as openai_root_router
 from localinfer.app.server.openai.routes import router as openai_router
 from localinfer.app.server.relay import EngineRelay

@@ -14,7 +14,7 @@ from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.streams import Collected, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
-from localinfer.app.server.openai.responses import (
+from localinfer.app.server.openai.completions_reply import (
     StreamHeader,
     chat_logprobs,
     completion_logprobs,
