@@ -30,7 +30,8 @@ async def responses(body: ResponsesBody, request: Request) -> JSONResponse | Str
     stream = await unless_disconnected(request, primed(engine_of(request).chat(core)))
     reply = Reply(body.model, body.echoed(), single_call=not body.parallel_tool_calls)
     if body.stream:
-        return StreamingResponse(sse_events(stream, reply), media_type="text/event-stream", headers=SSE_HEADERS)
+        events = sse_events(stream, reply, timings_per_token=body.timings_per_token)
+        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))
     return JSONResponse(reply.answer(result))
 
