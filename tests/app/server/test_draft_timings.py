@@ -1,8 +1,8 @@
 """``timings`` when drafting ran, as llama-server reports them: ``draft_n`` (tokens drafted) and ``draft_n_accepted``
 (those kept) beside the usual figures, and ``predicted_per_second`` counted over the tokens after the first (each
 step may keep several). Checked against the real llama-server on the same GGUF, both drafting by n-gram lookup
-(llama-server's ``--spec-type ngram-simple``, localinfer's ``--spec ngram``) on a prompt whose reply a grammar
-forces to copy a line the prompt holds, so both draft from it and keep the drafts."""
+(``--spec-type ngram-simple`` given to both: localinfer's own lookup, ``--spec ngram``) on a prompt whose reply a
+grammar forces to copy a line the prompt holds, so both draft from it and keep the drafts."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tests.llama_cpp_tools import llama_server
 
 pytestmark = pytest.mark.model
 
+SPEC = ("--spec-type", "ngram-simple")  # the same flag to both: localinfer reads it as its --spec ngram
 LINE = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20"
 BODY = {
     "prompt": f"Copy: {LINE}\nCopy: {LINE}\nCopy:",
@@ -37,7 +38,7 @@ def complete(url: str, **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def theirs(smollm2: Manifest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    settings = ("-c", "1024", "-np", "1", "--spec-type", "ngram-simple")
+    settings = ("-c", "1024", "-np", "1", *SPEC)
     with llama_server(smollm2.path, tmp_path_factory.mktemp("llama-server"), *settings) as url:
         return complete(url)
 
@@ -45,7 +46,7 @@ def theirs(smollm2: Manifest, tmp_path_factory: pytest.TempPathFactory) -> dict[
 @pytest.fixture(scope="module")
 def ours(theirs: dict[str, Any], smollm2: Manifest, test_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     logs = tmp_path_factory.mktemp("serve-draft")
-    with serving(smollm2.name, test_home, logs, "--ctx-size", "1024", "--parallel", "1", "--spec", "ngram") as s:
+    with serving(smollm2.name, test_home, logs, "--ctx-size", "1024", "--parallel", "1", *SPEC) as s:
         return complete(s.url)
 
 
