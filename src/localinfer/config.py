@@ -313,6 +313,11 @@ class Settings(BaseSettings):
         "its model as llama-server does.",
     )
     slots_endpoint: bool = Field(True, description="GET /slots answers (llama-server's --no-slots turns it off: 501).")
+    verbose_answers: bool = Field(
+        False,
+        description="The OpenAI routes' answers carry llama-server's __verbose: the native answer, with the prompt "
+        "as the model got it (llama-server's --verbose).",
+    )
     slot_save_path: Path | None = Field(
         None,
         description="Folder where POST /slots/{id}?action=save writes slots' caches and restore reads them "

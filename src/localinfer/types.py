@@ -381,6 +381,7 @@ class TokenChunk:
     # where the backend has slots (llama.cpp): the slot computing it, and how many tokens its prompt has
     id_slot: int | None = None
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # of those, how many were reused from the cache (where the backend says)
     reasoning: str = ""
     truncated: bool = False  # on the last chunk: its context filled and was shifted, the oldest tokens dropped
 

@@ -124,7 +124,6 @@ def test_the_stream_sends_the_thinking_block_signed_and_closed_before_the_text_b
     events = raw_events(server, thinking=enabled(BUDGET))
     assert shape(events) == [
         "message_start",
-        "ping",
         "start 0 thinking",
         "delta 0 thinking_delta",
         "delta 0 signature_delta",

@@ -143,8 +143,39 @@ def add_llama_server_flags(p: argparse.ArgumentParser) -> None:
         help="load the adapters at scale 0: applied once POST /lora-adapters or a request's lora asks",
     )
     p.add_argument("--no-slots", action="store_true", default=None, help="GET /slots answers 501, as llama-server's")
+    p.add_argument(
+        "--spec-type",
+        dest="spec",
+        type=_spec_type,
+        metavar="TYPE",
+        help="llama-server's name for --spec: none (off), ngram-simple, ngram-mod... (ngram: localinfer's own "
+        "lookup), draft-simple (draft, with --draft)",
+    )
+    p.add_argument(
+        "--verbose",
+        "-v",
+        "--log-verbose",
+        action="store_true",
+        default=None,
+        help="the OpenAI routes' answers carry llama-server's __verbose (the native answer, the prompt as the model "
+        "got it); for debug logs set LOCALINFER_LOG_LEVEL=debug",
+    )
     for names, meaning in _ACCEPTED:
         p.add_argument(*names, action="store_true", help=meaning)
+
+
+def _spec_type(text: str) -> str:
+    """``--spec-type``'s llama.cpp kinds (comma-separated) as ``--spec``'s one: ``off``, ``ngram`` or ``draft``.
+    Raises ArgumentTypeError for a kind served only by llama.cpp's own drafters (EAGLE-3, MTP...) or for two."""
+    kinds = {item.strip() for item in text.split(",") if item.strip()} - {"none"}
+    specs = {"ngram" if kind.startswith("ngram-") else "draft" if kind == "draft-simple" else kind for kind in kinds}
+    if not specs:
+        return "off"
+    if len(specs) > 1 or not specs <= {"ngram", "draft"}:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: localinfer drafts one way, ngram-* (its own lookup) or draft-simple (with --draft)"
+        )
+    return specs.pop()
 
 
 def _lora_files(text: str) -> list[str]:

@@ -281,6 +281,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         lora_init_without_apply=args.lora_init_without_apply,
         strict_model_names=args.strict_model_names,
         slots_endpoint=False if args.no_slots else None,
+        verbose_answers=args.verbose,
         slot_save_path=_slot_folder(args.slot_save_path),
         seed=args.seed,
         temperature=args.temp,

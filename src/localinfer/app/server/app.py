@@ -39,7 +39,7 @@ from localinfer.app.server.ollama.routes import router as ollama_router
 from localinfer.app.server.ollama.show import router as ollama_show_router
 from localinfer.app.server.openai.chat_prompt import router as chat_prompt_router
 from localinfer.app.server.openai.embeddings import router as openai_embeddings_router
-from localinfer.app.server.openai.responses_api import router as openai_responses_router
+from localinfer.app.server.openai.responses_api.routes import router as openai_responses_router
 from localinfer.app.server.openai.routes import root_router as openai_root_router
 from localinfer.app.server.openai.routes import router as openai_router
 from localinfer.app.server.relay import EngineRelay
@@ -63,6 +63,7 @@ def create_app(
     named_by_alias: bool = False,
     request_defaults: RequestDefaults | None = None,
     slots_endpoint: bool = True,
+    verbose_answers: bool = False,
     client: LocalClient | None = None,
     access: AccessPolicy | None = None,
     max_body: int = Settings.model_fields["max_body"].default,
@@ -83,7 +84,8 @@ def create_app(
     name is ``a``), ``tags`` its labels (``--tags``), listed with it in ``/v1/models`` as llama-server lists them;
     ``request_defaults``
     what a request leaves unset is served with (``--seed``, ``--temp``, ``--n-predict``); without
-    ``slots_endpoint``, GET /slots answers 501 (``--no-slots``).
+    ``slots_endpoint``, GET /slots answers 501 (``--no-slots``); with ``verbose_answers`` the OpenAI routes' answers
+    carry llama-server's ``__verbose`` (``--verbose``).
 
     ``client`` (over the same engine) backs Ollama's model management (/api/tags, /api/pull...); without one
     those routes answer 503.
@@ -110,6 +112,7 @@ def create_app(
         app.state.model_labels = {default_model: {"aliases": named, "tags": sorted(set(tags))}}
     app.state.request_defaults = request_defaults or RequestDefaults()
     app.state.slots_endpoint = slots_endpoint
+    app.state.verbose_answers = verbose_answers  # openai/verbose.py
     app.state.media_limits = media_limits or MediaLimits()  # images and sounds in requests (core/media.py)
     app.include_router(openai_router)
     app.include_router(openai_root_router)

@@ -97,6 +97,7 @@ def server_app(
         named_by_alias=named_by_alias,
         request_defaults=request_defaults(settings),
         slots_endpoint=settings.slots_endpoint,
+        verbose_answers=settings.verbose_answers,
         media_limits=media_limits(settings),
         client=stack.client,
         access=access,

@@ -128,6 +128,7 @@ class Job:
                     timings=timings,
                     id_slot=self.id_slot,
                     prompt_tokens=len(self.prompt),
+                    cached_tokens=self.cached_tokens,
                 )
             )
 
@@ -176,6 +177,7 @@ class Job:
                 tokens=tokens,
                 id_slot=self.id_slot,
                 prompt_tokens=len(self.prompt),
+                cached_tokens=self.cached_tokens,
                 truncated=self.context_shifts > 0,
             )
         )

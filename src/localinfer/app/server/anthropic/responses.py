@@ -11,14 +11,16 @@ request, ``cache_read_input_tokens`` those reused from the cache: the prompt is 
 A thinking block's ``signature`` is ``""``, as llama-server sends it: Anthropic's is an opaque proof that its
 servers wrote the thinking; nothing here signs, and a thinking block given back is read as it is (wire.py).
 
-A stream is ``message_start``, ``ping``, then per block ``content_block_start``, ``content_block_delta``
-(``thinking_delta`` as the model thinks, then one ``signature_delta``; ``text_delta``; ``input_json_delta`` for a
-call's input, whole in one delta) and ``content_block_stop``, one block after the other as Anthropic streams them
-(llama-server opens the text block before it closes the thinking block), then
-``message_delta`` (``stop_reason``, ``stop_sequence`` and the usage) and ``message_stop``. The usage is known once
-the answer ends, so ``message_start`` says 0 tokens and ``message_delta`` carries every count (the anthropic SDKs
-take its ``input_tokens`` too). An error after the stream began ends it with an ``error`` event in Anthropic's
-shape, as its API streams errors.
+A stream is, as llama-server sends it, ``message_start`` (once the first token is out: its usage holds the
+prompt's counts, ``input_tokens`` and ``cache_read_input_tokens``, and 0 output tokens), then per block
+``content_block_start``, ``content_block_delta`` (``thinking_delta`` as the model thinks, then one
+``signature_delta``; ``text_delta``; ``input_json_delta`` for a call's input, whole in one delta) and
+``content_block_stop``, then ``message_delta`` (``stop_reason``, ``stop_sequence`` and ``usage.output_tokens``)
+and ``message_stop``; no ``ping`` (Anthropic's API sends one; llama-server does not, and the SDKs need none).
+Blocks come one after the other, as Anthropic streams them (llama-server opens the text block, and a call's, before
+it closes the ones before: docs/llama-server.md). A backend that does not say the prompt's counts as it goes gets
+0 in ``message_start`` and every count in ``message_delta``. An error after the stream began ends it with an
+``error`` event in Anthropic's shape, as its API streams errors.
 """
 
 from __future__ import annotations
@@ -166,13 +168,17 @@ class _Blocks:
 async def sse_events(stream: TokenStream, reply: Reply) -> AsyncIterator[str]:
     """The events of one answer (see the module's doc). Closing this iterator closes the generation, which frees
     its slot at once."""
-    opening = {**reply.head([]), "stop_reason": None, "stop_sequence": None, "usage": usage_body(None)}
-    yield event("message_start", {"type": "message_start", "message": opening})
-    yield event("ping", {"type": "ping"})
     blocks = _Blocks(reply.shows_thinking)
+    prompt_known = False  # message_start said the prompt's counts: message_delta need not say them again
+    started = False
     try:
         async with aclosing(stream):
             async for chunk in stream:
+                if chunk.progress is not None:
+                    continue
+                if not started:
+                    started, prompt_known = True, chunk.prompt_tokens is not None
+                    yield event("message_start", {"type": "message_start", "message": _opening(reply, chunk)})
                 for piece in blocks.add(chunk):
                     yield piece
                 if chunk.finish_reason is None:
@@ -187,15 +193,28 @@ async def sse_events(stream: TokenStream, reply: Reply) -> AsyncIterator[str]:
                     yield _block_stop(index)
                     index += 1
                 reason, sequence = reply.stop(chunk)
+                usage = usage_body(chunk.usage)
                 yield event(
                     "message_delta",
                     {
                         "type": "message_delta",
                         "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                        "usage": usage_body(chunk.usage),
+                        "usage": {"output_tokens": usage["output_tokens"]} if prompt_known else usage,
                     },
                 )
     except LocalInferError as exc:
         yield event("error", anthropic_error(exc)[1])
         return
     yield event("message_stop", {"type": "message_stop"})
+
+
+def _opening(reply: Reply, first: TokenChunk) -> dict[str, Any]:
+    """``message_start``'s message: no content yet, and the prompt's counts as the first chunk says them (0 where
+    the backend does not say them: then ``message_delta`` does)."""
+    prompt, cached = first.prompt_tokens or 0, first.cached_tokens or 0
+    return {
+        **reply.head([]),
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": usage_body(Usage(prompt, 0, cached)),
+    }

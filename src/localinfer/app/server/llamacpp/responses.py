@@ -163,7 +163,7 @@ async def sse_stream(streams: Sequence[TokenStream], served: Sequence[Served]) -
         async with aclosing(merged(streams)) as chunks:
             async for index, chunk in chunks:
                 if chunk.progress is not None:
-                    event = _piece(index, chunk, predicted[index])
+                    event = streamed_piece(index, chunk, predicted[index])
                     if served[index].settings.get("timings_per_token"):  # the timings so far, as llama-server's
                         event["timings"] = timings_body(progress_timings(chunk.progress), None)
                     yield sse({**event, "prompt_progress": dataclasses.asdict(chunk.progress)})
@@ -171,7 +171,7 @@ async def sse_stream(streams: Sequence[TokenStream], served: Sequence[Served]) -
                 if chunk.text or chunk.tokens:
                     has_new_line[index] = has_new_line[index] or "\n" in chunk.text
                     predicted[index] += len(chunk.tokens)
-                    piece = _piece(index, chunk, predicted[index])
+                    piece = streamed_piece(index, chunk, predicted[index])
                     if chunk.timings is not None and chunk.finish_reason is None:  # timings_per_token
                         piece["timings"] = timings_body(chunk.timings, None)
                     if chunk.logprobs:
@@ -186,7 +186,7 @@ async def sse_stream(streams: Sequence[TokenStream], served: Sequence[Served]) -
         yield sse(llamacpp_error(exc)[1])
 
 
-def _piece(index: int, chunk: TokenChunk, predicted: int) -> dict[str, Any]:
+def streamed_piece(index: int, chunk: TokenChunk, predicted: int) -> dict[str, Any]:
     """A streamed piece, as llama-server sends it: its text and tokens, the tokens generated so far and the
     prompt's (its ``id_slot`` is -1 there until the last event)."""
     return {

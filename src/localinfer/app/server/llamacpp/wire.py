@@ -195,36 +195,8 @@ class CompletionBody(_Wire, SamplingFields):
         )
 
     def settings(self, options: GenerationOptions, n_ctx: int, eog_ids: tuple[int, ...] = ()) -> dict[str, Any]:
-        """llama-server's ``generation_settings``: what the request was served with. ``eog_ids``: the model's
-        end-of-generation tokens, which an ``ignore_eos`` request bans after its own biases (as llama-server
-        shows it); its biases' texts are shown as they are unless resolved first (with_token_ids)."""
-        s = options.sampling
-        bans = tuple((token, float("-inf")) for token in eog_ids) if options.ignore_eos else ()
-        n_predict = -1 if options.max_tokens is None else options.max_tokens
-        return {
-            "n_ctx": n_ctx,
-            "n_predict": n_predict,
-            "max_tokens": n_predict,
-            "seed": -1 if s.seed is None else s.seed,
-            "temperature": s.temperature,
-            "top_k": s.top_k,
-            "top_p": s.top_p,
-            "min_p": s.min_p,
-            "repeat_last_n": s.repeat_last_n,
-            "repeat_penalty": s.repeat_penalty,
-            "presence_penalty": s.presence_penalty,
-            "frequency_penalty": s.frequency_penalty,
-            "stop": list(options.stop),
-            "ignore_eos": options.ignore_eos,
-            "stream": self.stream,
-            "logit_bias": shown_logit_bias(s.logit_bias + bans),
-            "grammar": options.response_format.grammar,
-            "cache_prompt": options.cache_prompt,
-            "n_probs": self.n_probs_asked,
-            "post_sampling_probs": self.post_sampling_probs,
-            "timings_per_token": options.timings_per_token,
-            "samplers": [name for name in ("penalties", "top_k", "top_p", "min_p", "temperature") if _runs(name, s)],
-        }
+        """llama-server's ``generation_settings`` for this request (``generation_settings``)."""
+        return generation_settings(options, n_ctx, eog_ids, stream=self.stream)
 
 
 class TokenizeBody(_Wire):
@@ -292,3 +264,39 @@ def _runs(name: str, s: SamplingParams) -> bool:
         "min_p": s.min_p > 0.0,
         "temperature": True,
     }[name]
+
+
+def generation_settings(
+    options: GenerationOptions, n_ctx: int, eog_ids: tuple[int, ...] = (), *, stream: bool
+) -> dict[str, Any]:
+    """llama-server's ``generation_settings``: what a request was served with (on every route: its ``/completion``
+    answers, and ``__verbose`` on the OpenAI ones). ``eog_ids``: the model's end-of-generation tokens, which an
+    ``ignore_eos`` request bans after its own biases (as llama-server shows it); its biases' texts are shown as they
+    are unless resolved first (with_token_ids)."""
+    s = options.sampling
+    bans = tuple((token, float("-inf")) for token in eog_ids) if options.ignore_eos else ()
+    n_predict = -1 if options.max_tokens is None else options.max_tokens
+    return {
+        "n_ctx": n_ctx,
+        "n_predict": n_predict,
+        "max_tokens": n_predict,
+        "seed": -1 if s.seed is None else s.seed,
+        "temperature": s.temperature,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "repeat_last_n": s.repeat_last_n,
+        "repeat_penalty": s.repeat_penalty,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "stop": list(options.stop),
+        "ignore_eos": options.ignore_eos,
+        "stream": stream,
+        "logit_bias": shown_logit_bias(s.logit_bias + bans),
+        "grammar": options.response_format.grammar,
+        "cache_prompt": options.cache_prompt,
+        "n_probs": options.logprobs or 0,
+        "post_sampling_probs": options.logprobs_after_sampling,
+        "timings_per_token": options.timings_per_token,
+        "samplers": [name for name in ("penalties", "top_k", "top_p", "min_p", "temperature") if _runs(name, s)],
+    }

@@ -14,7 +14,7 @@ from localinfer.app.server.core.model_name import requested_model
 from localinfer.app.server.core.streams import Collected, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
-from localinfer.app.server.openai.responses import (
+from localinfer.app.server.openai.completions_reply import (
     StreamHeader,
     chat_logprobs,
     completion_logprobs,
@@ -23,6 +23,7 @@ from localinfer.app.server.openai.responses import (
     usage_body,
 )
 from localinfer.app.server.openai.tools_wire import tool_calls_body
+from localinfer.app.server.openai.verbose import VerboseBodies, verbose_asked, verbose_bodies
 from localinfer.app.server.openai.wire import ChatCompletionBody, CompletionBody
 from localinfer.engine.engine import Engine
 from localinfer.errors import ModelNotFound
@@ -127,22 +128,39 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
     streams = choice_streams([core], body.n, engine.chat)
     streams[0] = await unless_disconnected(request, primed(streams[0]))
     header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
+    verbose = await verbose_bodies(engine, [core], body.n, stream=body.stream) if _verbose(request, body) else None
     if body.stream:
         shape = _ChatShape(body.logprobs)
         events = sse_stream(
-            streams, header, shape, body.include_usage, body.n, timings_per_token=body.timings_per_token
+            streams,
+            header,
+            shape,
+            body.include_usage,
+            body.n,
+            timings_per_token=body.timings_per_token,
+            verbose=verbose,
         )
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     results = await unless_disconnected(request, collect_all(streams))
     choices = [_chat_choice(index, result, body.logprobs) for index, result in enumerate(results)]
     usage = choices_usage([r.last.usage for r in results], body.n)
     timings = _summed_timings(results)
-    return JSONResponse(
-        {
-            **header.chunk(choices, usage=usage_body(usage), timings=timings_body(timings)),
-            "object": "chat.completion",
-        }
-    )
+    answer = {
+        **header.chunk(choices, usage=usage_body(usage), timings=timings_body(timings)),
+        "object": "chat.completion",
+    }
+    return JSONResponse(_with_verbose(answer, verbose, results))
+
+
+def _verbose(request: Request, body: ChatCompletionBody | CompletionBody) -> bool:
+    return verbose_asked(request, body.verbose)
+
+
+def _with_verbose(answer: dict[str, Any], verbose: VerboseBodies | None, results: list[Collected]) -> dict[str, Any]:
+    """``answer`` with the first choice's ``__verbose`` (llama-server's answers hold one choice each)."""
+    if verbose is None:
+        return answer
+    return {**answer, "__verbose": verbose.final(0, results[0].text, results[0].last)}
 
 
 def _chat_choice(index: int, result: Collected, with_logprobs: bool) -> dict[str, Any]:
@@ -203,10 +221,18 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
     streams = choice_streams(cores, body.n, functools.partial(_generate, engine))
     streams[0] = await unless_disconnected(request, primed(streams[0]))
     header = StreamHeader.new("text_completion", body.model, "cmpl")
+    verbose = await verbose_bodies(engine, cores, body.n, stream=body.stream) if _verbose(request, body) else None
     if body.stream:
         shape = _CompletionShape(prompts, body.echo, body.logprobs is not None)
         events = sse_stream(
-            streams, header, shape, body.include_usage, body.n, timings_per_token=body.timings_per_token
+            streams,
+            header,
+            shape,
+            body.include_usage,
+            body.n,
+            timings_per_token=body.timings_per_token,
+            verbose=verbose,
+            verbose_pieces=True,
         )
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     results = await unless_disconnected(request, collect_all(streams))
@@ -218,7 +244,8 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
         choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": result.last.finish_reason})
     usage = choices_usage([r.last.usage for r in results], body.n)
     timings = _summed_timings(results) or Timings(0.0, 0.0, 0, 0)
-    return JSONResponse(header.chunk(choices, usage=usage_body(usage), timings=timings_body(timings)))
+    answer = header.chunk(choices, usage=usage_body(usage), timings=timings_body(timings))
+    return JSONResponse(_with_verbose(answer, verbose, results))
 
 
 # llama-server answers OpenAI's routes without /v1 too, and its docs point the openai SDK at the bare address.

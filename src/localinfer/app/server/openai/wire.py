@@ -143,6 +143,7 @@ class _SamplingWire(_Wire, BoundedPenalties):
     cache_prompt: bool = True
     timings_per_token: bool = False  # llama-server's: every streamed chunk carries the timings so far
     return_progress: bool = False  # llama-server's: a stream sends the prompt's progress while it is computed
+    verbose: bool = False  # llama-server's: the answer carries ``__verbose`` (as with the server's --verbose)
     logit_bias: dict[str, Any] | list[Any] | None = None  # core/logit_bias.py: OpenAI's map or llama-server's list
     grammar: str | None = None  # llama-server's extension: a GBNF grammar the text follows
     lora: list[LoraWire] | None = None  # llama-server's extension: the LoRA adapters served with (core/lora.py)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from localinfer.app.server.core.choices import choices_usage, merged
 from localinfer.app.server.core.timings import progress_timings, speculation_body
 from localinfer.app.server.errors import finish_reason_for, openai_error
+from localinfer.app.server.openai.verbose import VerboseBodies
 from localinfer.errors import LocalInferError
 from localinfer.types import Timings, TokenLogprob, TokenStream, ToolCall, Usage
 
@@ -96,6 +97,8 @@ async def sse_stream(
     n: int = 1,
     *,
     timings_per_token: bool = False,
+    verbose: VerboseBodies | None = None,
+    verbose_pieces: bool = False,
 ) -> AsyncIterator[str]:
     """Server-sent events for one or more generations (one per choice index, ``n`` per prompt), run side by side:
     each choice's opening first, then the chunks of all choices interleaved as they come, each naming its choice's
@@ -109,6 +112,9 @@ async def sse_stream(
     every choice not finished yet gets a finishing chunk whose ``finish_reason`` is ``abort`` (shutting down) or
     ``error``, then the error is sent as ``data: {"error": ...}``, as OpenAI streams errors, then ``[DONE]``.
     Closing this iterator closes the generations, which frees their slots at once.
+
+    With ``verbose`` (openai/verbose.py), each choice's finishing chunk carries its ``__verbose``, and with
+    ``verbose_pieces`` (text completions) every piece of text its own, as llama-server sends them.
     """
     extra: dict[str, Any] = {"usage": None} if include_usage else {}
     usages: list[Usage | None] = [None] * len(streams)
@@ -133,12 +139,16 @@ async def sse_stream(
                 if chunk.text or chunk.logprobs:
                     so_far = chunk.timings if chunk.finish_reason is None else None  # timings_per_token
                     shown = {"timings": timings_body(so_far)} if so_far is not None else {}
+                    if verbose is not None and verbose_pieces:
+                        shown["__verbose"] = verbose.piece(index, chunk)
                     yield sse(header.chunk([shape.content(index, chunk.text, chunk.logprobs)], **extra, **shown))
                 for delta in shape.tool_calls(index, chunk.tool_calls):
                     yield sse(header.chunk([delta], **extra))
                 if chunk.finish_reason is not None:
                     own = chunk.timings is not None and not include_usage
                     shown = {"timings": timings_body(chunk.timings)} if own else {}
+                    if verbose is not None:
+                        shown["__verbose"] = verbose.final(index, "", chunk)
                     yield sse(header.chunk([shape.finish(index, chunk.finish_reason)], **extra, **shown))
                     finished.add(index)
                     if chunk.timings is not None:

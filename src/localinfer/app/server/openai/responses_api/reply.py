@@ -21,12 +21,17 @@ comes only first, engine/reasoning.py, so its item is done before the answer's b
 ``response.output_item.added``, ``response.function_call_arguments.delta`` (the arguments whole),
 ``response.function_call_arguments.done``, ``response.output_item.done``; then ``response.completed`` (or
 ``response.incomplete``) with the whole response and, as llama-server adds it, its ``timings`` (llama-server's
-whole set, as its native routes send it). There is no ``[DONE]``, as in OpenAI's and llama-server's streams. An
-error after the stream began ends it with ``response.failed``, the response's ``error`` saying why.
+whole set, as its native routes send it). llama.cpp's telemetry as llama-server sends it here: with
+``timings_per_token`` each piece's delta carries the ``timings`` so far, and with ``return_progress`` the prompt's
+progress comes in more ``response.in_progress`` events, each with its ``prompt_progress`` (``total``, ``cache``,
+``processed``, ``time_ms``) and, with ``timings_per_token`` too, the timings so far. There is no ``[DONE]``, as
+in OpenAI's and llama-server's streams. An error after the stream began ends it with ``response.failed``, the
+response's ``error`` saying why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localinfer.app.server.core.streams import Collected
+from localinfer.app.server.core.timings import progress_timings
 from localinfer.app.server.errors import openai_error
 from localinfer.app.server.llamacpp.responses import timings_body
 from localinfer.errors import LocalInferError
@@ -156,7 +162,7 @@ class _Events:
         return f"event: {name}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
-async def sse_events(stream: TokenStream, reply: Reply) -> AsyncIterator[str]:
+async def sse_events(stream: TokenStream, reply: Reply, *, timings_per_token: bool = False) -> AsyncIterator[str]:
     """The events of one answer (see the module's doc). An item's ``output_index`` is the number of items done
     before it. Closing this iterator closes the generation, which frees its slot at once."""
     event = _Events()
@@ -169,7 +175,16 @@ async def sse_events(stream: TokenStream, reply: Reply) -> AsyncIterator[str]:
     try:
         async with aclosing(stream):
             async for chunk in stream:
+                if chunk.progress is not None:  # return_progress: how far the prompt is, as llama-server says it
+                    yield event(
+                        "response.in_progress",
+                        response=reply.response("in_progress", []),
+                        **_so_far(chunk, timings_per_token),
+                        prompt_progress=dataclasses.asdict(chunk.progress),
+                    )
+                    continue
                 done = chunk.finish_reason is not None
+                timed = _so_far(chunk, timings_per_token) if not done else {}
                 if chunk.reasoning and not text:  # thinking comes only first
                     if not thinking:
                         thinking_open = True
@@ -177,7 +192,8 @@ async def sse_events(stream: TokenStream, reply: Reply) -> AsyncIterator[str]:
                             yield piece
                     thinking.append(chunk.reasoning)
                     at = {"item_id": reply.reasoning_id, "output_index": len(output), "content_index": 0}
-                    yield event("response.reasoning_text.delta", **at, delta=chunk.reasoning)
+                    shown = timed if not chunk.text else {}  # the chunk's last event carries its timings
+                    yield event("response.reasoning_text.delta", **at, delta=chunk.reasoning, **shown)
                 if thinking_open and (chunk.text or done):
                     thinking_open = False
                     cut = done and not chunk.text and not reply.calls(chunk)  # cut while thinking
@@ -197,7 +213,7 @@ async def sse_events(stream: TokenStream, reply: Reply) -> AsyncIterator[str]:
                         )
                         yield event("response.content_part.added", **at, part=_text_part(""))
                     text.append(chunk.text)
-                    yield event("response.output_text.delta", **at, delta=chunk.text, logprobs=[])
+                    yield event("response.output_text.delta", **at, delta=chunk.text, logprobs=[], **timed)
                 if not done:
                     continue
                 status = status_for(chunk.finish_reason)
@@ -216,6 +232,14 @@ async def sse_events(stream: TokenStream, reply: Reply) -> AsyncIterator[str]:
         error = openai_error(exc)[1]["error"]
         failure = {"code": error["code"] or error["type"], "message": error["message"]}
         yield event("response.failed", response=reply.response("failed", output, error=failure))
+
+
+def _so_far(chunk: TokenChunk, timings_per_token: bool) -> dict[str, Any]:
+    """``{"timings": ...}``, the timings so far, where the request asked for them (``timings_per_token``): on a
+    piece's delta, and on the prompt's progress (its tokens computed so far); else nothing."""
+    if chunk.progress is not None:
+        return {"timings": timings_body(progress_timings(chunk.progress), None)} if timings_per_token else {}
+    return {"timings": timings_body(chunk.timings, None)} if chunk.timings is not None else {}
 
 
 def _reasoning_opened(event: _Events, reply: Reply, index: int) -> list[str]:

@@ -1,6 +1,6 @@
 """OpenAI's Responses API routes, as llama-server serves them: ``POST /v1/responses`` (streamed or not) and
 ``POST /v1/responses/input_tokens``, each also without ``/v1``. The body becomes a core chat request
-(``responses_wire.py``), the answer a ``response`` object or its event stream (``responses_reply.py``). Errors come
+(``wire.py``), the answer a ``response`` object or its event stream (``reply.py``). Errors come
 back in OpenAI's shape (``core/dialect.py``); a request that names no model goes to the default one
 (``core/model_name.py``)."""
 
@@ -17,8 +17,8 @@ from localinfer.app.server.core.prompt import prompt_tokens
 from localinfer.app.server.core.streams import collect, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
-from localinfer.app.server.openai.responses_reply import Reply, sse_events
-from localinfer.app.server.openai.responses_wire import ResponsesBody
+from localinfer.app.server.openai.responses_api.reply import Reply, sse_events
+from localinfer.app.server.openai.responses_api.wire import ResponsesBody
 
 router = APIRouter(route_class=FastJSONRoute)
 
@@ -30,7 +30,8 @@ async def responses(body: ResponsesBody, request: Request) -> JSONResponse | Str
     stream = await unless_disconnected(request, primed(engine_of(request).chat(core)))
     reply = Reply(body.model, body.echoed(), single_call=not body.parallel_tool_calls)
     if body.stream:
-        return StreamingResponse(sse_events(stream, reply), media_type="text/event-stream", headers=SSE_HEADERS)
+        events = sse_events(stream, reply, timings_per_token=body.timings_per_token)
+        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     result = await unless_disconnected(request, collect(stream))
     return JSONResponse(reply.answer(result))
 
