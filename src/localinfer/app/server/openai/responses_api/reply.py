@@ -15,7 +15,7 @@ A stream is the API's named server-sent events, each with its ``type`` and a ``s
 ``response.created`` and ``response.in_progress``; for the thinking ``response.output_item.added``,
 ``response.content_part.added`` (a ``reasoning_text`` part), ``response.reasoning_text.delta``...,
 ``response.reasoning_text.done``, ``response.content_part.done``, ``response.output_item.done`` (the thinking
-comes only first, engine/reasoning.py, so its item is done before the answer's begins); for the text
+comes only first, engine/thinking_split.py, so its item is done before the answer's begins); for the text
 ``response.output_item.added``, ``response.content_part.added``, ``response.output_text.delta``...,
 ``response.output_text.done``, ``response.content_part.done``, ``response.output_item.done``; per call
 ``response.output_item.added``, ``response.function_call_arguments.delta`` (the arguments whole),
