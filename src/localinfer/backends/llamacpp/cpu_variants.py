@@ -17,14 +17,21 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from localinfer.errors import LocalInferError
 from localinfer.hardware.libprobe import CPU_VARIANT_LOADED_ENV  # set once loaded: `localinfer hw` says which
 
-PREFIX = "libggml-cpu-"
 VARIANT_ENV = "LOCALINFER_CPU_VARIANT"
+# ggml's library names: libggml-cpu-haswell.so on Linux, ggml-cpu-haswell.dll on Windows (a macOS build links its
+# CPU backend in). GGML and GGML_BASE are the names libllama asks for: opened by them, they are one library each.
+if sys.platform == "win32":
+    LIB, SUFFIX, GGML, GGML_BASE = "", ".dll", "ggml.dll", "ggml-base.dll"
+else:
+    LIB, SUFFIX, GGML, GGML_BASE = "lib", ".so", "libggml.so.0", "libggml-base.so.0"
+PREFIX = f"{LIB}ggml-cpu-"
 
 
 @dataclass(frozen=True)
@@ -37,8 +44,8 @@ class Variant:
 def variants(lib_dir: Path) -> list[Variant]:
     """Every CPU variant in ``lib_dir`` with its score on this CPU, best first."""
     found = []
-    for path in sorted(lib_dir.glob(f"{PREFIX}*.so")):
-        found.append(Variant(path.name[len(PREFIX) : -len(".so")], path, _score(path)))
+    for path in sorted(lib_dir.glob(f"{PREFIX}*{SUFFIX}")):
+        found.append(Variant(path.name[len(PREFIX) : -len(SUFFIX)], path, _score(path)))
     return sorted(found, key=lambda v: -v.score)
 
 
@@ -74,7 +81,7 @@ def load(lib_dir: Path, allowed: str | None = None) -> Variant | None:
         )
     best = usable[0]
     _quiet_ggml_log(lib_dir)
-    ggml = ctypes.CDLL(str(lib_dir / "libggml.so.0"))  # the name libllama asks for: one library, not two
+    ggml = ctypes.CDLL(str(lib_dir / GGML))  # the name libllama asks for: one library, not two
     ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
     ggml.ggml_backend_load.restype = ctypes.c_void_p
     if not ggml.ggml_backend_load(str(best.path).encode()):
@@ -99,14 +106,14 @@ _warnings_only = _LOG_CALLBACK(_print_warnings)  # kept alive here: llama.cpp ca
 
 
 def _quiet_ggml_log(lib_dir: Path) -> None:
-    base = ctypes.CDLL(str(lib_dir / "libggml-base.so.0"))
+    base = ctypes.CDLL(str(lib_dir / GGML_BASE))
     base.ggml_log_set.argtypes = [_LOG_CALLBACK, ctypes.c_void_p]
     base.ggml_log_set(_warnings_only, None)
 
 
 def _load_other_backends(ggml: ctypes.CDLL, lib_dir: Path) -> None:
     """GPU backends built alongside (libggml-cuda.so, libggml-vulkan.so...), each loaded if its runtime is here."""
-    for path in sorted(lib_dir.glob("libggml-*.so")):
-        if path.name.startswith(PREFIX) or path.name == "libggml-base.so":
+    for path in sorted(lib_dir.glob(f"{LIB}ggml-*{SUFFIX}")):
+        if path.name.startswith(PREFIX) or path.name == f"{LIB}ggml-base{SUFFIX}":
             continue
         ggml.ggml_backend_load(str(path).encode())  # NULL when the GPU runtime is missing: the CPU serves
