@@ -31,7 +31,7 @@ import gguf
 
 from localinfer.errors import LocalInferError, ModelNotFound, PullError, QuantizeError
 from localinfer.models.files import split_part
-from localinfer.models.metadata.gguf import TensorEntry, read_gguf_tensors
+from localinfer.models.metadata.gguf_tensors import TensorEntry, read_gguf_tensors
 from localinfer.models.store import Manifest, ModelFile, ModelSource, ModelStore, validate_name
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 from localinfer.quantize.imatrix import Matrix, check_fits, file_record, load_imatrix
