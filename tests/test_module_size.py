@@ -1,9 +1,5 @@
 """Modules stay small (DESIGN.md, "Rules that keep it livable"): none under src/localinfer is over 450 lines unless
 its docstring says why (a line with "over 450 lines:" and the reason).
-
-``WAITING`` names the modules over the limit that other work was changing when the rule came (issue 45): each with
-the split planned, to be done once that work is merged. A module on it that is back under the limit fails the
-test too, so the table cannot go stale.
 """
 
 from __future__ import annotations
@@ -19,16 +15,6 @@ PACKAGE = Path(localinfer.__file__).parent
 LIMIT = 450
 REASON = "over 450 lines:"
 
-WAITING = {
-    "engine/engine.py": "load planning (engine/load_plan.py) and chat requests into generation requests "
-    "(engine/prompting.py) leave the facade",
-    "backends/llamacpp/step_loop.py": "the slot cache's placement of KV shifting (SlotCache) goes to kv_shift.py",
-    "models/metadata/gguf.py": "the tensor table (read_gguf_tensors and its walk) apart from the metadata reader",
-    "models/hub.py": "the download into the Hugging Face cache (blobs, links, partial files) apart from the listing",
-    "quantize/gguf_quantizer.py": (
-        "installing the quantized file (parts, lineage, manifest) apart from running the quantizer"
-    ),
-}
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
@@ -42,14 +28,9 @@ def name(path: Path) -> str:
 
 @pytest.mark.parametrize("path", MODULES, ids=name)
 def test_a_module_over_450_lines_says_why(path: Path) -> None:
-    if lines(path) <= LIMIT or name(path) in WAITING:
+    if lines(path) <= LIMIT:
         return
     docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
     assert REASON in docstring, (
         f"{name(path)} has {lines(path)} lines: split it by concern, or say why not in its docstring ('{REASON} ...')"
     )
-
-
-@pytest.mark.parametrize("module", sorted(WAITING))
-def test_each_module_waiting_for_its_split_is_still_over_the_limit(module: str) -> None:
-    assert lines(PACKAGE / module) > LIMIT, f"{module} is split: take it off WAITING"

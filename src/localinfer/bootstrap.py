@@ -12,7 +12,8 @@ from localinfer.backends.base import LoraAdapter
 from localinfer.backends.registry import backends_for
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
-from localinfer.engine.engine import Engine, ServedAs
+from localinfer.engine.engine import Engine
+from localinfer.engine.load_plan import ServedAs
 from localinfer.hardware.detect import detect
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.hardware.rpc_devices import RemoteDevice

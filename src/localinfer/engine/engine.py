@@ -1,29 +1,31 @@
 """The engine facade: named models in, token streams out. Routes and the TUI see only this.
 
 Models are loaded on first use (or ahead, with ``preload``) and unloaded when idle past their keep-alive or when
-another needs the room: ``engine/scheduler.py`` decides. Each request's prompt is built here (chat template, stop
-strings) and handed to the model's backend; the request counts as the model's in flight until its stream ends.
+another needs the room: ``engine/scheduler.py`` decides, with what each takes from ``engine/load_plan.py``, which
+also says how each loads. Each request is made a generation request by ``engine/prompting.py`` (chat template,
+stop strings, thinking) and handed to the model's backend; the request counts as the model's in flight until its
+stream ends.
+
+It is over 450 lines: it is the one surface routes, clients and the app see, one short method for each thing they ask
+of a model (generate, embed, rerank, tokenize, slots, adapters, load, unload, list); what each method delegates to
+lives in its own module.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import aclosing, asynccontextmanager, suppress
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from localinfer.backends.base import (
     Backend,
     EmbeddingInput,
     EmbeddingResult,
-    LoadSpec,
-    LoraAdapter,
     LoraState,
     ModelFacts,
     Relay,
@@ -34,55 +36,41 @@ from localinfer.backends.base import (
     TokenPiece,
 )
 from localinfer.backends.checks import check_supported, not_a_reranker, reranker_refusal
-from localinfer.backends.llamacpp.devices import parse_devices
-from localinfer.backends.llamacpp.rpc.wire import parse_endpoints
 from localinfer.backends.registry import (
     DEFAULT_BACKENDS,
-    PLANNED_FORMATS,
     RELAYED_FORMATS,
     BackendFactories,
     BackendFactory,
     backend_for,
-    engine_for,
 )
 from localinfer.config import Settings
 from localinfer.engine import slot_folder
-from localinfer.engine.device_memory import RAM, MachineMemory, plan_need
-from localinfer.engine.infill import infill_tokens
+from localinfer.engine.device_memory import MachineMemory
 from localinfer.engine.inflight import InFlight
+from localinfer.engine.load_plan import LoadPlanner, ServedAs
 from localinfer.engine.metrics import EngineMetrics
-from localinfer.engine.profiles import model_profile, trained_context, with_its_projector
-from localinfer.engine.scheduler import Clock, MemoryProbe, Need, Runner, Scheduler
+from localinfer.engine.profiles import trained_context
+from localinfer.engine.prompting import chat_prompt, completion_generation, infill_generation, rendered_chat
+from localinfer.engine.scheduler import Clock, MemoryProbe, Runner, Scheduler
 from localinfer.engine.templates import RenderedPrompt, chat_template
-from localinfer.engine.thinking_split import chat_reply, honoured
-from localinfer.engine.tools import required_call
 from localinfer.errors import (
     InvalidRequest,
     LocalInferError,
-    ModelLoadError,
     ModelNotFound,
-    ModelNotReady,
     ServerShuttingDown,
 )
-from localinfer.hardware.layer_split import parse_tensor_split
-from localinfer.hardware.model_profile import ModelProfile, from_path, with_adapters, with_draft
-from localinfer.hardware.plan import Overrides, PlanError, plan
 from localinfer.hardware.profile import HardwareProfile
 from localinfer.hardware.rpc_devices import RemoteDevice
-from localinfer.models.defaults import NO_DEFAULTS, ModelDefaults, with_defaults
+from localinfer.models.defaults import NO_DEFAULTS, ModelDefaults
 from localinfer.models.projector import modalities
 from localinfer.models.store import Manifest, ModelSource
 from localinfer.types import (
-    DEFAULT_KV_CACHE_TYPE,
-    OLLAMA_FORMAT_NAMES,
     ChatRequest,
     CompletionRequest,
     GenerationRequest,
     InfillRequest,
     MediaPart,
     ModelInfo,
-    Thinking,
-    ThinkingBudget,
     TokenStream,
 )
 
@@ -90,21 +78,6 @@ log = logging.getLogger(__name__)
 
 Health = Literal["ready", "loading", "error"]
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ServedAs:
-    """How one model is served otherwise than its file says: ``chat_template`` (a name of llama.cpp's built-in
-    templates, or Jinja text) in place of its own; ``pooling`` (mean, cls, last, rank, none) in place of the stated
-    one."""
-
-    chat_template: str | None = None
-    pooling: str = ""
-    lora: tuple[LoraAdapter, ...] = ()  # LoRA adapters loaded with it (--lora, --lora-scaled), in id order
-    mmproj: Path | None = None  # its projector, in place of the one paired with it (--mmproj)
-
-
-NOT_OVERRIDDEN: Final = ServedAs()
 
 
 class Engine:
@@ -129,16 +102,14 @@ class Engine:
         devices with the memory each offered when ``serve`` started (before any model took some), which the
         planner splits GGUF models' layers by; without, it counts the workers only."""
         self._settings = settings
-        self._rpc_devices = rpc_devices
-        self._served_as = dict(served_as or {})
         self._models = models
         self._backend_factory = backend_factory
-        self._hardware = hardware
+        self._plans = LoadPlanner(settings, models, hardware=hardware, served_as=served_as, rpc_devices=rpc_devices)
         self._scheduler = Scheduler(
             self._new_runner,
             self._load,
             self._unload,
-            estimate=self._estimate,
+            estimate=self._plans.estimate,
             free_memory=free_memory or MachineMemory(hardware, lambda: [r.need for r in self._scheduler.runners()]),
             clock=clock,
             max_loaded=settings.max_loaded,
@@ -149,82 +120,6 @@ class Engine:
         self._in_flight = InFlight()
         self._closing = asyncio.Lock()
         self.metrics = EngineMetrics(self._usage_by_model)
-
-    def _load_spec(self, manifest: Manifest, ctx_size: int | None, *, explain: bool = True) -> LoadSpec:
-        s = self._settings
-        spec = LoadSpec(
-            path=manifest.path,
-            name=manifest.name,
-            ctx_size=self._context(manifest, ctx_size),
-            threads=s.threads,
-            batch_size=s.batch_size,
-            ubatch_size=s.ubatch_size,
-            parallel=s.parallel,
-            max_queue=s.max_queue,
-            gpu_layers=s.gpu_layers or 0,
-            extra_args=tuple(s.engine_args),
-            flash_attn=s.flash_attn,
-            cache_reuse=s.cache_reuse,
-            context_shift=s.context_shift,
-            last_token_alone=s.last_token_alone,
-            devices=parse_devices(s.device),
-            kv_offload=s.kv_offload,
-            op_offload=s.op_offload,
-            rpc=parse_endpoints(s.rpc),
-            tensor_split=parse_tensor_split(s.tensor_split),
-            speculation=s.speculation,
-            draft_path=self._draft_path(),
-            draft_max=s.draft_max,
-            draft_min=s.draft_min,
-            pooling=self._served(manifest.name).pooling,
-            lora=self._lora(manifest),
-            mmproj=self._projector_path(manifest),
-            mmproj_offload=s.mmproj_offload,
-            image_min_tokens=s.image_min_tokens,
-            image_max_tokens=s.image_max_tokens,
-        )
-        if self._asks_kv_cache_types():
-            spec = dataclasses.replace(
-                spec,
-                cache_type_k=s.cache_type_k or DEFAULT_KV_CACHE_TYPE,
-                cache_type_v=s.cache_type_v or DEFAULT_KV_CACHE_TYPE,
-            )
-        if self._hardware is None or manifest.format not in PLANNED_FORMATS:
-            return spec
-        try:
-            chosen = plan(self._hardware, self._profile(manifest), self._overrides(manifest, spec.ctx_size or None))
-        except PlanError as exc:
-            if manifest.format in RELAYED_FORMATS:  # its engine cannot run here: starting it would only fail later
-                raise ModelLoadError(exc.message, hint=exc.hint) from exc
-            log.warning("no plan for %s (%s): loading it as configured", manifest.name, exc.message)
-            return spec
-        except LocalInferError as exc:
-            log.warning("no plan for %s (%s): loading it as configured", manifest.name, exc.message)
-            return spec
-        if explain:
-            log.info("plan for %s: %s", manifest.name, "; ".join(chosen.reasons))
-        if explain and not chosen.fits:
-            log.warning("%s may not fit in memory: %s", manifest.name, chosen.reasons)
-        return dataclasses.replace(
-            spec,
-            ctx_size=chosen.ctx_size,
-            threads=chosen.threads,
-            parallel=chosen.parallel,
-            gpu_layers=chosen.gpu_layers,
-            provider=chosen.provider,
-            extra_args=spec.extra_args + chosen.engine_args,
-            tensor_parallel=chosen.tensor_parallel,
-            cache_type_k=chosen.cache_type_k,
-            cache_type_v=chosen.cache_type_v,
-        )
-
-    def _context(self, manifest: Manifest, ctx_size: int | None) -> int:
-        """The context ``manifest`` loads with: ``ctx_size`` when asked, else its Modelfile's ``num_ctx``, else the
-        configured one (Ollama's order)."""
-        if ctx_size is not None:
-            return ctx_size
-        num_ctx = manifest.defaults.parameter("num_ctx")
-        return num_ctx if isinstance(num_ctx, int) and num_ctx > 0 else self._settings.ctx_size
 
     def model_defaults(self, model: str) -> ModelDefaults:
         """What ``model`` runs with unless a request says otherwise (its Modelfile's); none for a name that is no
@@ -239,96 +134,11 @@ class Engine:
         runner = self._scheduler.get(model)
         return runner.manifest if runner is not None else self._models.resolve(model)
 
-    def _projector_path(self, manifest: Manifest) -> Path | None:
-        """The projector to load with ``manifest``'s model: --mmproj's for the served model, else the one paired
-        with it in the store; none with --no-mmproj."""
-        if self._settings.no_mmproj:
-            return None
-        given = self._served(manifest.name).mmproj
-        return given or (manifest.projector.path if manifest.projector is not None else None)
-
-    def _served(self, name: str) -> ServedAs:
-        return self._served_as.get(name, NOT_OVERRIDDEN)
-
-    def _draft_path(self) -> Path | None:
-        """The draft model's file when GGUF models speculate with one: the draft setting as a path, else the model
-        of that name."""
-        draft = self._settings.draft
-        if self._settings.speculation != "draft" or not draft:
-            return None
-        return Path(draft) if Path(draft).is_file() else self._models.resolve(draft).path
-
-    def _overrides(self, manifest: Manifest, ctx_size: int | None) -> Overrides:
-        """What the settings ask of the planner for ``manifest``, with a context of ``ctx_size`` (None: planned);
-        a Hugging Face folder is planned on the engine that will serve it (a built TensorRT-LLM engine's files
-        choose TensorRT-LLM when the engine setting names none), as the registry chooses it."""
-        s = self._settings
-        return Overrides(
-            gpu_layers=0 if parse_devices(s.device) == () else s.gpu_layers,
-            ctx_size=ctx_size,
-            parallel=s.parallel or None,
-            threads=s.threads or None,
-            cache_type_k=s.cache_type_k,
-            cache_type_v=s.cache_type_v,
-            flash_attn=s.flash_attn,
-            rpc_workers=len(parse_endpoints(s.rpc)),
-            rpc_devices=self._rpc_devices,
-            engine=engine_for(manifest, s.engine) if manifest.format in RELAYED_FORMATS else s.engine,
-            engine_asked=s.engine is not None,
-            projector_offload=s.mmproj_offload,
-        )
-
-    def _estimate(self, manifest: Manifest, ctx_size: int | None) -> Need:
-        """What ``manifest`` loaded with a context of ``ctx_size`` takes, per device: the planner's estimate, or
-        its file's size where there is no plan; with the draft model beside it when one drafts for it (its
-        weights and KV cache in the plan, its file's size without one)."""
-        if self._hardware is not None and manifest.format in PLANNED_FORMATS:
-            overrides = self._overrides(manifest, self._context(manifest, ctx_size) or None)
-            with suppress(LocalInferError):  # no plan: the files' size
-                return plan_need(plan(self._hardware, self._profile(manifest), overrides))
-        draft_bytes = 0
-        with suppress(LocalInferError, OSError):  # serve checked the draft at start: this one was removed since
-            draft = self._draft_for(manifest)
-            draft_bytes = draft.stat().st_size if draft is not None else 0
-        return {RAM: manifest.size + draft_bytes + self._adapter_bytes(manifest)}
-
-    def _profile(self, manifest: Manifest) -> ModelProfile:
-        """What the planner reads of ``manifest``, with its draft model beside it when one drafts for it (the model
-        alone, with a warning, when the draft cannot be read: serve checked it at start, so it was removed since,
-        and the load will say so)."""
-        profile = with_its_projector(model_profile(manifest), self._projector_path(manifest))
-        profile = with_adapters(profile, self._adapter_bytes(manifest))
-        try:
-            draft = self._draft_for(manifest)
-            return with_draft(profile, from_path(draft)) if draft is not None else profile
-        except LocalInferError as exc:
-            log.warning("planning %s without its draft model: %s", manifest.name, exc.message)
-            return profile
-
-    def _lora(self, manifest: Manifest) -> tuple[LoraAdapter, ...]:
-        """The LoRA adapters ``manifest``'s model is loaded with: its own (a Modelfile's ADAPTER, an Ollama adapter
-        layer: at scale 1, as Ollama applies them), then those ``--lora`` gives the model served."""
-        if manifest.format != "gguf":
-            return ()
-        return (*(LoraAdapter(f.path, 1.0) for f in manifest.adapters), *self._served(manifest.name).lora)
-
-    def _adapter_bytes(self, manifest: Manifest) -> int:
-        """What the LoRA adapters loaded with ``manifest`` take: their files' size (a missing one: the load says)."""
-        total = 0
-        for adapter in self._lora(manifest):
-            with suppress(OSError):
-                total += adapter.path.stat().st_size
-        return total
-
-    def _draft_for(self, manifest: Manifest) -> Path | None:
-        """The draft model's file when ``manifest`` speculates with one (GGUF models, served by llama.cpp)."""
-        return self._draft_path() if manifest.format == "gguf" else None
-
     def check_plan(self, manifest: Manifest) -> None:
         """Plan ``manifest``'s load now, and let its backend check what it can without loading, so that a model
         this machine cannot run (vLLM's without its GPU) or a draft model of another vocabulary fails before it is
         served; the plan is logged when the model loads. Raises ModelLoadError."""
-        spec = self._load_spec(manifest, None, explain=False)
+        spec = self._plans.spec(manifest, None, explain=False)
         backend_for(manifest, self._backend_factory).preflight(spec)
 
     def preload(self, manifest: Manifest, *, ctx_size: int | None = None, pin: bool = False) -> Runner:
@@ -342,23 +152,12 @@ class Engine:
         backend = backend_for(manifest, self._backend_factory)
         return Runner(manifest, backend, asyncio.get_running_loop().create_future(), ctx_size)
 
-    def _asks_kv_cache_types(self) -> bool:
-        return (self._settings.cache_type_k, self._settings.cache_type_v) != (None, None)
-
     async def _load(self, runner: Runner) -> None:
         manifest = runner.manifest
-        if self._asks_kv_cache_types() and not runner.backend.capabilities.kv_cache_types:
-            kind = OLLAMA_FORMAT_NAMES.get(manifest.format, manifest.format)
-            raise ModelLoadError(
-                f"{manifest.name} ({kind}) is served by {runner.backend.name}, which keeps its KV cache in a type "
-                "of its own: --cache-type-k/--cache-type-v apply to GGUF models, served by llama.cpp",
-                hint="vLLM takes its own: --engine-arg=--kv-cache-dtype=fp8"
-                if manifest.format in RELAYED_FORMATS
-                else "start the server without them to serve this model",
-            )
-        await runner.backend.load(self._load_spec(manifest, runner.ctx_size))
+        self._plans.check_kv_cache_types(manifest, runner.backend)
+        await runner.backend.load(self._plans.spec(manifest, runner.ctx_size))
         self.metrics.track(manifest.name, runner.backend.decode_stats())
-        override = self._served(manifest.name).chat_template or manifest.defaults.template
+        override = self._plans.served(manifest.name).chat_template or manifest.defaults.template
         runner.template = chat_template(runner.backend.facts, override)
         facts = runner.backend.facts
         log.info(
@@ -596,7 +395,7 @@ class Engine:
     def _info(self, manifest: Manifest) -> ModelInfo:
         runner = self._scheduler.get(manifest.name)
         loaded = runner is not None and runner.is_ready
-        projector = self._projector_path(manifest)
+        projector = self._plans.projector_path(manifest)
         return ModelInfo(
             name=manifest.name,
             path=str(manifest.path),
@@ -653,42 +452,12 @@ class Engine:
         """The prompt ``chat`` would give the model for ``request``: its turns and tools through the model's chat
         template (llama-server's /apply-template). Loads the model. Raises ModelNotFound, ModelNotReady."""
         return await self._with_runner(
-            request.model, lambda runner: _rendered(runner, request), keep_alive=request.keep_alive
+            request.model, lambda runner: rendered_chat(runner, request), keep_alive=request.keep_alive
         )
 
     async def _chat(self, runner: Runner, request: ChatRequest, started: float) -> TokenStream:
-        rendered = await _rendered(runner, request)
-        tools = request.tools if request.tool_choice != "none" else ()
-        options = dataclasses.replace(request.options, stop=request.options.stop + rendered.stop)
-        if tools and request.tool_choice != "auto":
-            options = dataclasses.replace(options, response_format=required_call(options, tools, request.tool_choice))
-        markers = runner.backend.facts.thinking
-        thinking = honoured(thinking_asked(request), markers)
-        if markers is not None and thinking.enabled is not False and options.response_format.type.startswith("json"):
-            held = dataclasses.replace(  # the JSON is the answer: the thinking before it stays free
-                options.response_format, after_thinking=markers, thinking_open=rendered.thinking_open
-            )
-            options = dataclasses.replace(options, response_format=held)
-        if markers is not None and thinking.budget is not None and thinking.enabled is not False:
-            budget = ThinkingBudget(thinking.budget, markers, inside=rendered.thinking_open)
-            options = dataclasses.replace(options, thinking_budget=budget)
-        generation = GenerationRequest(
-            request_id=_new_id(),
-            prompt=rendered.text,
-            options=options,
-            add_special=rendered.add_special,
-            priority=request.priority,
-            media=tuple(part for message in request.messages for part in message.media),
-        )
-        reply = chat_reply(
-            self._generate(runner, generation, started),
-            markers,
-            thinking_open=rendered.thinking_open,
-            separate=thinking.separate,
-            prompt=rendered.text,
-            tools=tools,
-        )
-        async with aclosing(reply) as chunks:
+        prompt = await chat_prompt(runner, request)
+        async with aclosing(prompt.reply(self._generate(runner, prompt.generation, started))) as chunks:
             async for chunk in chunks:
                 yield chunk
 
@@ -696,18 +465,7 @@ class Engine:
         return self._on_model(request, lambda runner, started: self._complete(runner, request, started))
 
     async def _complete(self, runner: Runner, request: CompletionRequest, started: float) -> TokenStream:
-        if request.tokens and not runner.backend.capabilities.token_prompts:
-            raise InvalidRequest(
-                f"a prompt of token ids is not supported by the {runner.backend.name} backend", param="prompt"
-            )
-        generation = GenerationRequest(
-            request_id=_new_id(),
-            prompt=request.prompt,
-            options=request.options,
-            tokens=request.tokens,
-            priority=request.priority,
-            media=request.media,
-        )
+        generation = completion_generation(runner.backend, request)
         async with aclosing(self._generate(runner, generation, started)) as chunks:
             async for chunk in chunks:
                 yield chunk
@@ -720,10 +478,7 @@ class Engine:
         return self._on_model(request, lambda runner, started: self._infill(runner, request, started))
 
     async def _infill(self, runner: Runner, request: InfillRequest, started: float) -> TokenStream:
-        tokens = await infill_tokens(_able(runner, "tokenize", "fill-in-the-middle"), request)
-        generation = GenerationRequest(
-            request_id=_new_id(), prompt="", options=request.options, tokens=tuple(tokens), priority=request.priority
-        )
+        generation = await infill_generation(_able(runner, "tokenize", "fill-in-the-middle"), request)
         async with aclosing(self._generate(runner, generation, started)) as chunks:
             async for chunk in chunks:
                 yield chunk
@@ -775,26 +530,6 @@ class LoadedModel:
     adapters: tuple[LoraState, ...] = ()  # the LoRA adapters loaded with it, at their global scales
 
 
-async def _rendered(runner: Runner, request: ChatRequest) -> RenderedPrompt:
-    """``request``'s turns and tools (none when ``tool_choice`` is none) through ``runner``'s chat template."""
-    if runner.template is None:
-        raise ModelNotReady(f"model '{request.model}' is still loading")
-    tools = request.tools if request.tool_choice != "none" else ()
-    messages = with_defaults(request.messages, runner.manifest.defaults)
-    return runner.template.render(
-        messages, tools, thinking_asked(request), request.template_kwargs, ending=request.ending
-    )
-
-
-def thinking_asked(request: ChatRequest) -> Thinking:
-    """What ``request`` asks of the thinking: its own, switched by ``enable_thinking`` among its template's
-    variables (``chat_template_kwargs``, as llama-server and vLLM take it) when it says nothing itself."""
-    enabled = request.template_kwargs.get("enable_thinking")
-    if request.thinking.enabled is None and isinstance(enabled, bool):
-        return dataclasses.replace(request.thinking, enabled=enabled)
-    return request.thinking
-
-
 def _able(runner: Runner, capability: str, what: str) -> Backend:
     """``runner``'s backend when its capabilities declare ``capability``. Raises InvalidRequest naming ``what``
     it cannot do."""
@@ -802,10 +537,6 @@ def _able(runner: Runner, capability: str, what: str) -> Backend:
     if not getattr(backend.capabilities, capability):
         raise InvalidRequest(f"{what} is not supported by the {backend.name} backend of '{runner.name}'", param="model")
     return backend
-
-
-def _new_id() -> str:
-    return uuid.uuid4().hex
 
 
 def check_media(name: str, backend: Backend, media: Sequence[MediaPart]) -> None:

@@ -14,29 +14,35 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import logging
 import os
 import re
 import shutil
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx2
 
 from localinfer import __version__
 from localinfer.errors import DiskFull, HubUnreachable, PullError
+from localinfer.models.hf_cache import (
+    CHUNK,
+    Digest,
+    blob_lock,
+    file_size,
+    link,
+    partial_path,
+    read_text,
+    write_atomically,
+)
 from localinfer.progress import ProgressEvent, ProgressSink
 
 log = logging.getLogger(__name__)
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_CHUNK = 1 << 20
 _RETRIES = 5
 DISK_MARGIN = 64 * 1024 * 1024
 # Network failures: httpx2's transport errors (refused, reset, timed out, cut short), and a socket's OSErrors.
@@ -138,7 +144,7 @@ class HubClient:
     def cached_listing(self, repo_id: str, revision: str = "main") -> RepoListing:
         """The files of ``repo_id`` at ``revision`` as the cache has them. Raises PullError when it has none."""
         repo_dir = self.repo_dir(repo_id)
-        commit = revision if _COMMIT_RE.match(revision) else _read_text(repo_dir / "refs" / revision)
+        commit = revision if _COMMIT_RE.match(revision) else read_text(repo_dir / "refs" / revision)
         snapshot = repo_dir / "snapshots" / (commit or "")
         if not commit or not snapshot.is_dir():
             raise HubUnreachable(
@@ -169,9 +175,9 @@ class HubClient:
     def missing_bytes(self, listing: RepoListing, file: RemoteFile) -> int:
         """Bytes still to download for ``file``: none when its blob is complete, less when a partial exists."""
         blob = self.blob_path(listing.repo_id, file)
-        if _size(blob) == file.size:
+        if file_size(blob) == file.size:
             return 0
-        return max(file.size - (_size(_partial_path(blob)) or 0), 0)
+        return max(file.size - (file_size(partial_path(blob)) or 0), 0)
 
     def check_disk_space(self, needed: int) -> None:
         """Raise DiskFull when the cache's disk has less than ``needed`` bytes (plus a margin) free."""
@@ -199,8 +205,9 @@ class HubClient:
         blob = self.blob_path(listing.repo_id, file)
         pointer = repo_dir / "snapshots" / listing.commit / file.path
         downloaded = False
-        with self._cache_errors(), self._lock(repo_dir, file.etag, file.path, progress):
-            if _size(blob) != file.size:
+        lock_path = self.cache_dir / ".locks" / repo_dir.name / f"{file.etag}.lock"
+        with self._cache_errors(), blob_lock(lock_path, file.path, progress):
+            if file_size(blob) != file.size:
                 if self.offline:
                     raise PullError(
                         f"{file.path} is not in the cache and HF_HUB_OFFLINE is set",
@@ -208,7 +215,7 @@ class HubClient:
                     )
                 self._download(listing, file, blob, progress)
                 downloaded = True
-            _link(pointer, blob)
+            link(pointer, blob)
         return FetchedFile(pointer, file.size, file.sha256, downloaded)
 
     def discard_downloaded(self, fetched: Iterable[FetchedFile]) -> None:
@@ -228,17 +235,17 @@ class HubClient:
         if revision == commit or _COMMIT_RE.match(revision):
             return
         ref = self.repo_dir(repo_id) / "refs" / revision
-        if _read_text(ref) != commit:
+        if read_text(ref) != commit:
             ref.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(ref, commit.encode())
+            write_atomically(ref, commit.encode())
 
     def _download(self, listing: RepoListing, file: RemoteFile, blob: Path, progress: ProgressSink) -> None:
         from huggingface_hub import hf_hub_url
 
-        partial = _partial_path(blob)
+        partial = partial_path(blob)
         partial.parent.mkdir(parents=True, exist_ok=True)
-        digest = _Digest(file)
-        have = _size(partial) or 0
+        digest = Digest(file.sha256, file.git_oid, file.size)
+        have = file_size(partial) or 0
         if have > file.size:
             partial.unlink()
             have = 0
@@ -256,7 +263,7 @@ class HubClient:
                 have = self._stream(url, listing.repo_id, partial, have, digest, file, status, progress)
             except _TRANSPORT_ERRORS as exc:
                 log.info("download of %s broke at byte %d (%s): resuming", file.path, have, exc)
-                have = _size(partial) or 0
+                have = file_size(partial) or 0
                 failures = 0 if have > before else failures + 1
                 if failures > _RETRIES:
                     raise HubUnreachable(
@@ -281,7 +288,7 @@ class HubClient:
         repo_id: str,
         partial: Path,
         have: int,
-        digest: _Digest,
+        digest: Digest,
         file: RemoteFile,
         status: str,
         progress: ProgressSink,
@@ -302,7 +309,7 @@ class HubClient:
                 have = 0
             try:
                 with partial.open("ab") as out:
-                    for chunk in resp.iter_bytes(_CHUNK):
+                    for chunk in resp.iter_bytes(CHUNK):
                         out.write(chunk)
                         digest.update(chunk)
                         have += len(chunk)
@@ -316,25 +323,7 @@ class HubClient:
                 raise
         return have
 
-    # -- helpers ---------------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _lock(self, repo_dir: Path, etag: str, path: str, progress: ProgressSink) -> Iterator[None]:
-        """huggingface_hub's own lock file for this blob, so concurrent downloads of it wait for each other."""
-        from filelock import FileLock, Timeout
-
-        lock_path = self.cache_dir / ".locks" / repo_dir.name / f"{etag}.lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(lock_path))
-        try:
-            lock.acquire(timeout=0.5)
-        except Timeout:
-            progress(ProgressEvent(f"waiting for another download of {path} to finish"))
-            lock.acquire()
-        try:
-            yield
-        finally:
-            lock.release()
+    # -- errors ----------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def _cache_errors(self) -> Iterator[None]:
@@ -386,73 +375,3 @@ class HubClient:
                 hint="check the network, HF_ENDPOINT and proxy settings; models already on disk work offline "
                 "(localinfer ls)",
             ) from exc
-
-
-class _Digest:
-    """The checksum a file is verified with: sha256 for LFS files, the git blob sha1 otherwise."""
-
-    def __init__(self, file: RemoteFile) -> None:
-        self.file = file
-        self.name = "sha256" if file.sha256 else "git sha1"
-        self.expected = file.sha256 or file.git_oid or ""
-        self.reset()
-
-    def reset(self) -> None:
-        if self.file.sha256:
-            self._hash: Any = hashlib.sha256()
-        else:
-            self._hash = hashlib.sha1(f"blob {self.file.size}\0".encode(), usedforsecurity=False)
-
-    def update(self, chunk: bytes) -> None:
-        self._hash.update(chunk)
-
-    def update_from_file(self, path: Path) -> None:
-        with path.open("rb") as f:
-            while chunk := f.read(_CHUNK):
-                self._hash.update(chunk)
-
-    def hexdigest(self) -> str:
-        return str(self._hash.hexdigest())
-
-    def matches(self) -> bool:
-        return self.hexdigest() == self.expected
-
-
-def _link(pointer: Path, blob: Path) -> None:
-    """Point ``pointer`` (in a snapshot) at ``blob`` with a relative symlink, replacing what was there."""
-    pointer.parent.mkdir(parents=True, exist_ok=True)
-    if pointer.is_symlink() and pointer.resolve() == blob.resolve():
-        return
-    tmp = pointer.with_name(f".{pointer.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        os.symlink(os.path.relpath(blob, pointer.parent), tmp)
-    except OSError:  # no symlinks (some Windows setups): a hard link still shares the bytes
-        os.link(blob, tmp)
-    os.replace(tmp, pointer)
-
-
-def _partial_path(blob: Path) -> Path:
-    return blob.with_name(blob.name + ".incomplete")
-
-
-def _size(path: Path) -> int | None:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return None
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -4,8 +4,8 @@ The source is a registered GGUF model or a GGUF path. The output's size is estim
 first, and the disk must hold it. The quantizer runs in a child process (``quantize/worker.py``) writing into a
 work folder under the store's ``tmp/``; its per-tensor log lines give the progress. Once done the file moves into
 ``blobs/sha256-<hex>`` with one rename and is registered, with a lineage record beside the store
-(``quantize/lineage.py``). An error, a failure of the quantizer or Ctrl-C (the child is killed) leaves no file
-and no manifest.
+(``quantize/install.py``, ``quantize/lineage.py``). An error, a failure of the quantizer or Ctrl-C (the child is
+killed) leaves no file and no manifest.
 
 An importance matrix comes from a file (``imatrix``, checked against the source before the quantizer starts) or is
 computed first (``calibrate``, into the work folder, in this process); the worker loads it and hands it to
@@ -14,10 +14,7 @@ llama_model_quantize as llama-quantize does.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -31,12 +28,13 @@ import gguf
 
 from localinfer.errors import LocalInferError, ModelNotFound, PullError, QuantizeError
 from localinfer.models.files import split_part
-from localinfer.models.metadata.gguf import TensorEntry, read_gguf_tensors
-from localinfer.models.store import Manifest, ModelFile, ModelSource, ModelStore, validate_name
+from localinfer.models.metadata.gguf_tensors import TensorEntry, read_gguf_tensors
+from localinfer.models.store import Manifest, ModelSource, ModelStore, validate_name
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 from localinfer.quantize.imatrix import Matrix, check_fits, file_record, load_imatrix
 from localinfer.quantize.imatrix_collect import Calibration, calibrate, calibration_text
-from localinfer.quantize.lineage import Lineage, write_lineage
+from localinfer.quantize.install import Installed, install_file, install_parts, sha256_of
+from localinfer.quantize.lineage import Lineage
 from localinfer.quantize.quant_types import QuantType, fallback_bpw, parse_tensor_type, tensor_bpw
 
 _FLOAT_TYPES = {
@@ -250,12 +248,13 @@ def quantize_model(
         imatrix_record = _imatrix_job(options, imatrix_input, source, work, job, progress)
         _run_worker(job, work / "worker.log", options.type.name, progress)
         progress(ProgressEvent(f"registering {name}"))
+        installed = Installed(name, f"quantize:{source.origin}", options.type.name)
+        lineage = _lineage(source, options, imatrix_record)
         if keep_split:
-            manifest = _install_parts(
-                store, sorted(work.glob("model-*-of-*.gguf")), name, source, options, imatrix_record
-            )
+            written = sorted(work.glob("model-*-of-*.gguf"))
+            manifest = install_parts(store, written, installed, lineage, source_parts=len(source.parts))
         else:
-            manifest = _install(store, output, name, source, options, imatrix_record)
+            manifest = install_file(store, output, installed, lineage)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return Quantized(manifest, source, estimate, time.monotonic() - started)
@@ -291,7 +290,7 @@ def _imatrix_job(
     calibration text) and return what the lineage keeps of it; None without one."""
     if isinstance(given, Matrix) and options.imatrix is not None:
         job["imatrix"], job["imatrix_name"] = str(options.imatrix), options.imatrix.name
-        return file_record(options.imatrix, given, _sha256(options.imatrix))
+        return file_record(options.imatrix, given, sha256_of(options.imatrix))
     if not isinstance(given, str) or options.calibrate is None:
         return None
     path = work / "imatrix.gguf"
@@ -345,65 +344,6 @@ def _last_error(log_path: Path) -> str:
     return (errors or lines or ["no message"])[-1]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _install_parts(
-    store: ModelStore,
-    parts: list[Path],
-    name: str,
-    source: Source,
-    options: Options,
-    imatrix: dict[str, object] | None,
-) -> Manifest:
-    """Move the parts of a ``--keep-split`` result, named as llama.cpp finds them from the first one, into a
-    folder of their own under the store (the store's blobs are named by content, which llama.cpp cannot follow
-    from part to part) with one rename, then register them; removing the model deletes them."""
-    if len(parts) != len(source.parts):
-        raise QuantizeError(
-            f"llama.cpp's quantizer wrote {len(parts)} parts for a source of {len(source.parts)}",
-            hint="quantize without --keep-split",
-        )
-    folder = store.split_dir / store.folder_name(name)
-    if folder.exists():
-        raise QuantizeError(f"{folder} is in the way", hint=f"remove it, or choose another --name than '{name}'")
-    staged = parts[0].parent
-    for extra in staged.iterdir():  # the worker's log, an importance matrix: the folder holds the parts only
-        if extra not in parts:
-            shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(staged, folder)
-    files = tuple(
-        ModelFile(
-            path=folder / part.name,
-            size=(folder / part.name).stat().st_size,
-            sha256=_sha256(folder / part.name),
-            owned=True,
-        )
-        for part in parts
-    )
-    manifest = Manifest(
-        name=name,
-        source=f"quantize:{source.origin}",
-        format="gguf",
-        files=files,
-        quantization=options.type.name,
-        created=int(time.time()),
-    )
-    try:
-        write_lineage(store, str(files[0].sha256), _lineage(source, options, imatrix))
-        store.register(manifest)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return manifest
-
-
 def _lineage(source: Source, options: Options, imatrix: dict[str, object] | None) -> Lineage:
     return Lineage(
         source_name=source.name,
@@ -420,36 +360,3 @@ def _lineage(source: Source, options: Options, imatrix: dict[str, object] | None
         },
         imatrix=imatrix,
     )
-
-
-def _install(
-    store: ModelStore,
-    output: Path,
-    name: str,
-    source: Source,
-    options: Options,
-    imatrix: dict[str, object] | None,
-) -> Manifest:
-    """Move the file into the store's blobs with one rename, then record its lineage and register it."""
-    sha256 = _sha256(output)
-    blob = store.blob_path(sha256)
-    blob.parent.mkdir(parents=True, exist_ok=True)
-    existed = blob.exists()
-    os.replace(output, blob)
-    manifest = Manifest(
-        name=name,
-        source=f"quantize:{source.origin}",
-        format="gguf",
-        files=(ModelFile(path=blob, size=blob.stat().st_size, sha256=sha256),),
-        quantization=options.type.name,
-        created=int(time.time()),
-    )
-    try:
-        write_lineage(store, sha256, _lineage(source, options, imatrix))
-        store.register(manifest)
-    except BaseException:
-        if not existed:
-            with contextlib.suppress(OSError):
-                blob.unlink()
-        raise
-    return manifest

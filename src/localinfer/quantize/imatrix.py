@@ -29,7 +29,7 @@ import gguf
 import numpy as np
 
 from localinfer.errors import LocalInferError, QuantizeError
-from localinfer.models.metadata.gguf import read_gguf_tensors
+from localinfer.models.metadata.gguf_tensors import read_gguf_tensors
 
 F32Array = np.ndarray[Any, np.dtype[np.float32]]
 I64Array = np.ndarray[Any, np.dtype[np.int64]]

@@ -19,9 +19,9 @@ import pytest
 
 from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
+from localinfer.backends.llamacpp.slot_cache import MIN_SHARED_PREFIX
 from localinfer.backends.llamacpp.speculative import SHADOW_MAX, Speculation
 from localinfer.backends.llamacpp.step_costs import UNMEASURED_TOKEN_SHARE, WEIGHT, RuleCosts, StepCosts
-from localinfer.backends.llamacpp.step_loop import MIN_SHARED_PREFIX
 from localinfer.models.store import Manifest
 from localinfer.types import GenerationOptions, GenerationRequest, SamplingParams, Timings, TokenLogprob
 from tests.conftest import GEMMA3_PACKAGE

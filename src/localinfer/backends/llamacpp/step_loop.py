@@ -6,14 +6,18 @@ to come after it, when speculating: speculative.py), then chunks of prompt for p
 while the sampler picks the drafted tokens. New jobs join at the next step. Only this thread touches the
 llama.cpp context.
 
-Each slot has KV cells of its own, a whole context long. A job goes to the free slot whose cache shares the
-longest prefix with its prompt; when another slot's cache (busy or not) shares a much longer one, it is copied
-into the job's slot first. Only the rest of the prompt is computed.
+Each slot has KV cells of its own, a whole context long. A job goes to the free slot whose cache serves most of its
+prompt, and only the rest of the prompt is computed: what each slot's cache holds, and how it comes to hold a new
+prompt's tokens (a prefix kept or borrowed from another slot, runs moved), is the slot cache's (slot_cache.py).
 
 A prompt's last token is computed in a step of its own (``LlamaModel.last_token_alone``, on by default): a cached
 prompt's is (at least the last token is evaluated), and llama.cpp's CPU kernels add up a batch of one and a batch of
 hundreds in different orders, so computing it with the rest made a near-tie in a cold prompt's first logits go
 another way than in the same prompt cached. Off, the loop computes it with the rest, as llama-server does.
+
+It is over 450 lines: a step (the batch built, one decode, each slot's sampling and draft verified) reads and
+writes the batch and every slot's state at each line; what stands apart is in modules of its own (the slot cache,
+job dispatch, speculation, sampling, media, adapters, slot files).
 """
 
 from __future__ import annotations
@@ -30,13 +34,13 @@ import llama_cpp.llama_cpp as lc
 from localinfer.backends.base import DecodeStats, SlotInfo, SlotUsage
 from localinfer.backends.llamacpp import checkpoints
 from localinfer.backends.llamacpp.dispatch import JobQueue
-from localinfer.backends.llamacpp.job import Job, Outbox, Slot, common_prefix
-from localinfer.backends.llamacpp.kv_shift import Run, can_shift, reuse_plan
+from localinfer.backends.llamacpp.job import Job, Outbox, Slot
 from localinfer.backends.llamacpp.logprobs import sample_with_logprob, token_logprob
 from localinfer.backends.llamacpp.lora import LoraAdapters, Scales, next_group
 from localinfer.backends.llamacpp.media import Projector, media_affinity, text_run
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import greedy_token
+from localinfer.backends.llamacpp.slot_cache import SlotCache
 from localinfer.backends.llamacpp.slot_files import Result, SlotAction, SlotActions, SlotFiles
 from localinfer.backends.llamacpp.speculative import DraftFactory, Speculation
 from localinfer.backends.llamacpp.step_costs import StepCosts
@@ -48,9 +52,6 @@ log = logging.getLogger(__name__)
 # While other slots are generating, a prompt is prefilled at most this many tokens per step, so that their
 # streams keep flowing (a 512-token chunk takes seconds on a small CPU).
 PREFILL_CHUNK_WHILE_GENERATING = 128
-# A prompt takes its prefix from another slot's cache only when that saves computing this many tokens or more:
-# the copy moves a whole context's keys and values (tens of MiB for a small model).
-MIN_SHARED_PREFIX = 256
 # A slot's step (its next token and the draft) stays under 64 tokens: ggml's CPU flash attention computes 64 or more
 # of a sequence's tokens with a tiled kernel (its products in f32) and fewer one row at a time (in f16), so a step of
 # 64 gives other logits than single tokens do, and verifying a 63-token draft changed SmolLM2's greedy text
@@ -112,12 +113,7 @@ class StepLoop:
         self._memory = lc.llama_get_memory(self._ctx)
         self._n_vocab = int(lc.llama_vocab_n_tokens(model.vocab))
         self._n_swa = model.n_swa
-        self._add_bos = int(lc.llama_vocab_get_add_bos(model.vocab))
-        refused = can_shift(self._memory, self._n_swa) if model.cache_reuse > 0 else None
-        if refused is not None:
-            log.info("cache reuse by shifting is off for this model: %s", refused)
-        self._reuse_min = model.cache_reuse if refused is None else 0
-        self._scratch = model.scratch_seq if self._reuse_min else -1
+        self._cache = SlotCache(model, self._slots)
         weighing = drafting is not None and drafting.weigh_costs
         self._costs = (costs if costs is not None else StepCosts()) if weighing else None
         self._reproducible_costs = (drafting.reproducible_costs or self._costs) if drafting and weighing else None
@@ -220,34 +216,9 @@ class StepLoop:
                 future.set_exception(SlotFileError(f"Unable to {action.kind} slot: {exc}"))
 
     def _start(self, slot: Slot, job: Job) -> None:
-        """Reuse the longest cached prefix of the prompt (unless the request opted out); at least the last prompt
-        token is evaluated."""
-        if slot.lora != job.lora:  # its cache was computed with other adapters or scales: none of it serves
-            self._clear(slot)
-            slot.lora = job.lora
-        reuse = min(common_prefix(slot.cached, job.prompt), len(job.prompt) - 1) if job.cache_prompt else 0
-        if job.media is not None:  # a picture is decoded whole
-            reuse = job.media.align(job.prompt, reuse)
-        shared = self._borrow_prefix(slot, job.prompt, reuse) if job.cache_prompt else 0
-        if shared:
-            reuse = shared
-        elif self._n_swa and reuse > 0:
-            reuse = self._rewind_window(slot, reuse)
-        if self._scratch >= 0:  # runs a job left there unplaced (it ended or yielded mid-prompt)
-            lc.llama_memory_seq_rm(self._memory, self._scratch, -1, -1)
-            slot.pending, slot.shift = [], 0
-        runs = self._runs(slot, job.prompt, reuse) if job.cache_prompt and not shared else []
-        if runs:
-            self._place(slot, job.prompt, reuse, runs)
-        else:
-            if not lc.llama_memory_seq_rm(self._memory, slot.seq_id, reuse, -1):
-                self._clear(slot)
-                reuse = 0
-            slot.cached = slot.cached[:reuse]
-            slot.to_prefill = job.prompt[reuse:]
-        if slot.checkpoint is not None and slot.checkpoint.n_tokens > reuse:
-            slot.checkpoint = None  # it holds a window of tokens that are about to be replaced
-        shifted = sum(run.length for run in runs)
+        """Reuse what the slot's cache (or another's) holds of the prompt (slot_cache.py); at least the last
+        prompt token is evaluated."""
+        reuse, shared, shifted = self._cache.take(slot, job)
         slot.next_token = None
         slot.draft = []
         slot.job = job
@@ -272,113 +243,12 @@ class StepLoop:
             )
 
     def _served_tokens(self, slot: Slot, prompt: list[int]) -> int:
-        """How many of ``prompt``'s tokens ``slot``'s cache serves: its prefix, and the runs it would move."""
-        prefix = common_prefix(slot.cached, prompt)
-        served = prefix + sum(run.length for run in self._runs(slot, prompt, min(prefix, len(prompt) - 1)))
+        """How many of ``prompt``'s tokens ``slot``'s cache serves (slot_cache.py), weighed for a prompt with
+        media."""
+        served = self._cache.served(slot, prompt)
         if self._projector is None:
             return served
         return media_affinity(slot.cached, prompt, served, idle_for=self._n_started - self._started_at[slot.seq_id])
-
-    def _runs(self, slot: Slot, prompt: list[int], reuse: int) -> list[Run]:
-        """The runs of ``slot``'s cache past the ``reuse`` tokens it shares with ``prompt`` that ``prompt`` has
-        again (kv_shift.py): after new tokens too where a scratch sequence can hold them meanwhile."""
-        if self._reuse_min <= 0:
-            return []
-        return reuse_plan(slot.cached, prompt, reuse, self._reuse_min, inserts=self._scratch >= 0)
-
-    def _place(self, slot: Slot, prompt: list[int], start: int, runs: list[Run]) -> None:
-        """Move ``runs`` of ``slot``'s cache to where ``prompt`` has them, keeping its first ``start`` tokens; what
-        lies between is computed. In a stream of its own, each run moves back right after the last, as
-        llama-server moves them; with a scratch sequence, the runs wait there and each is put back once the tokens
-        before it are computed (``_put_back``)."""
-        memory, seq = self._memory, slot.seq_id
-        if self._scratch < 0:
-            head = start
-            for run in runs:  # each run's target is ``head``: reuse_plan without inserts
-                lc.llama_memory_seq_rm(memory, seq, head, run.source)
-                lc.llama_memory_seq_add(memory, seq, run.source, run.source + run.length, run.shift)
-                head = run.target + run.length
-            lc.llama_memory_seq_rm(memory, seq, head, -1)
-            slot.cached, slot.to_prefill = prompt[:head], prompt[head:]
-            return
-        for run in runs:
-            lc.llama_memory_seq_cp(memory, seq, self._scratch, run.source, run.source + run.length)
-        lc.llama_memory_seq_rm(memory, seq, start, -1)
-        slot.cached, slot.to_prefill = prompt[:start], prompt[start : runs[0].target]
-        nexts = [*(run.target for run in runs[1:]), len(prompt)]  # where the tokens after each run end
-        slot.pending = [(run, prompt[run.target + run.length : end]) for run, end in zip(runs, nexts, strict=True)]
-        slot.shift = 0
-        self._put_back(slot, prompt)
-
-    def _put_back(self, slot: Slot, prompt: list[int]) -> None:
-        """Put back into ``slot``'s sequence the waiting runs that nothing is to be computed before any more: each
-        moved to its place (with every run after it, so none overlaps another in the scratch sequence) and handed
-        over; the tokens after it are computed next."""
-        memory = self._memory
-        while not slot.to_prefill and slot.pending:
-            run, after = slot.pending.pop(0)
-            assert len(slot.cached) == run.target, "a run goes back right after what is computed"
-            moved = run.target - (run.source + slot.shift)
-            if moved:
-                lc.llama_memory_seq_add(memory, self._scratch, run.source + slot.shift, -1, moved)
-                slot.shift += moved
-            lc.llama_memory_seq_cp(memory, self._scratch, slot.seq_id, run.target, run.target + run.length)
-            lc.llama_memory_seq_rm(memory, self._scratch, run.target, run.target + run.length)
-            slot.cached.extend(prompt[run.target : run.target + run.length])
-            slot.to_prefill = after
-
-    def _shift_context(self, slot: Slot, job: Job) -> None:
-        """Make room in a full context (llama-server's context shift): drop the older half of what follows the
-        request's first ``n_keep`` tokens and move the rest back; the generation goes on."""
-        keep = (job.n_keep if job.n_keep >= 0 else len(job.prompt)) + self._add_bos  # as llama-server counts it
-        keep = min(self._model.n_ctx - 4, keep)
-        left = len(slot.cached) - keep
-        discard = min(max(left // 2, 0), max(0, left - 1))
-        memory, seq = self._memory, slot.seq_id
-        lc.llama_memory_seq_rm(memory, seq, keep, keep + discard)
-        lc.llama_memory_seq_add(memory, seq, keep + discard, -1, -discard)
-        del slot.cached[keep : keep + discard]
-        job.speculation = None  # its source no longer lines up with the cache
-        job.context_shifts += 1
-        log.debug("request %s: context shifted, %d tokens dropped after the first %d", job.request_id, discard, keep)
-
-    def _borrow_prefix(self, slot: Slot, prompt: list[int], reuse: int) -> int:
-        """Copy into ``slot`` the cache of another slot that holds a longer prefix of ``prompt`` (by at least
-        MIN_SHARED_PREFIX tokens: the copy moves a whole context's cache), so a system prompt or a file computed
-        for one conversation serves every slot. Returns the prefix length copied, 0 when none was."""
-        best, best_n = None, reuse + MIN_SHARED_PREFIX - 1
-        for other in self._slots:
-            n = min(common_prefix(other.cached, prompt), len(prompt) - 1) if other is not slot else 0
-            n = n if other.lora == slot.lora else 0  # computed with other adapters' scales
-            if n > best_n and (not self._n_swa or self._window_holds(other, n)):
-                best, best_n = other, n
-        if best is None:
-            return 0
-        # Each slot's cache is a stream of its own, so llama.cpp copies the whole stream (at the next decode)
-        # and the tail beyond the prefix is then dropped.
-        lc.llama_memory_seq_cp(self._memory, best.seq_id, slot.seq_id, -1, -1)
-        lc.llama_memory_seq_rm(self._memory, slot.seq_id, best_n, -1)
-        slot.cached = best.cached[:best_n]
-        slot.checkpoint = None
-        return best_n
-
-    def _window_holds(self, slot: Slot, n: int) -> bool:
-        """A sliding-window cache still holds what the token after the first ``n`` of ``slot`` attends to."""
-        pos_min = int(lc.llama_memory_seq_pos_min(self._memory, slot.seq_id))
-        return pos_min == 0 or 0 <= pos_min < n - self._n_swa
-
-    def _rewind_window(self, slot: Slot, reuse: int) -> int:
-        """How much of the prefix a sliding-window cache still covers, restoring the slot's checkpoint if the
-        window has moved past it; 0 when neither serves."""
-        pos_min = lc.llama_memory_seq_pos_min(self._memory, slot.seq_id)
-        if pos_min < 0:
-            return 0  # nothing cached
-        if self._window_holds(slot, reuse):
-            return reuse  # the window still holds everything the next token attends to
-        ckpt = slot.checkpoint
-        if ckpt is not None and ckpt.n_tokens <= reuse and checkpoints.restore(self._ctx, slot.seq_id, ckpt):
-            return ckpt.n_tokens
-        return 0
 
     # --- one step ---------------------------------------------------------------------------------------
 
@@ -397,7 +267,7 @@ class StepLoop:
         for slot in generating:  # one token each, and a draft of the tokens after it where one is guessed
             assert slot.next_token is not None and slot.job is not None
             if self._model.context_shift and len(slot.cached) + 1 >= self._model.n_ctx:
-                self._shift_context(slot, slot.job)
+                self._cache.shift_context(slot, slot.job)
             slot.draft = self._draft(slot, slot.job, n + 1, self._capacity - n - 1) if drafting else []
             tokens = [slot.next_token, *slot.draft]
             for i, token in enumerate(tokens):
@@ -451,7 +321,7 @@ class StepLoop:
         for slot, tokens in fed:
             slot.cached.extend(tokens)
             if slot.job is not None and slot.pending and not slot.to_prefill:
-                self._put_back(slot, slot.job.prompt)
+                self._cache.put_back(slot, slot.job.prompt)
             if slot.job is not None and slot not in generating:  # a chunk of its prompt was computed
                 slot.job.report_progress(len(slot.cached))
             if self._n_swa and slot.job is not None and slot.next_token is None and not slot.to_prefill:
@@ -490,7 +360,7 @@ class StepLoop:
                 log.error("request %s: a media part failed: %s", job.request_id, exc)
                 job.fail(GenerationFailed(f"the picture or sound could not be computed: {exc}"))
                 self._release(slot)
-                self._clear(slot)
+                self._cache.clear(slot)
                 continue
             slot.cached.extend(slot.to_prefill[: chunk.n_pos])
             slot.to_prefill = slot.to_prefill[chunk.n_pos :]
@@ -623,11 +493,6 @@ class StepLoop:
         slot.to_prefill = []
         slot.draft = []
 
-    def _clear(self, slot: Slot) -> None:
-        lc.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
-        slot.cached = []
-        slot.checkpoint = None
-
     def _decode_failed(self, rc: int, fed: list[tuple[Slot, list[int]]]) -> None:
         """A failed decode fails the requests in that batch; their cache is cleared so it stays consistent."""
         log.error("llama_decode returned %d", rc)
@@ -635,7 +500,7 @@ class StepLoop:
             if slot.job is not None:
                 slot.job.fail(GenerationFailed(f"llama.cpp could not evaluate the batch (code {rc})"))
                 self._release(slot)
-            self._clear(slot)
+            self._cache.clear(slot)
 
     def _fail_all(self, error: GenerationFailed) -> None:
         self._queue.close(error)

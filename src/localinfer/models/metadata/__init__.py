@@ -1,6 +1,7 @@
 """The one reader of model files: what a model says about itself, read from its files before it is loaded.
 
-- ``gguf``: a GGUF file's header (architecture, shape, context, quantization, chat template, FIM tokens);
+- ``gguf``: a GGUF file's header (architecture, shape, context, quantization, chat template, FIM tokens), read
+  by ``gguf_file`` (the format walked over a memory map); ``gguf_tensors``: its tensor table;
 - ``folder``: a model folder's config, ONNX ``genai_config.json`` or Hugging Face ``config.json``, as FolderFacts;
 - ``hf``: a folder's Hugging Face tokenizer files (chat template, special tokens) and ``config.json`` fields;
 - ``onnx``: an onnxruntime-genai folder's ``genai_config.json`` fields;
@@ -25,14 +26,14 @@ if TYPE_CHECKING:
     )
     from localinfer.models.metadata.gguf import (
         GGUFInfo,
-        Scalar,
         cached_gguf_info,
         read_chat_template,
         read_gguf_info,
         read_gguf_metadata,
-        read_gguf_tensors,
         read_gguf_thinking,
     )
+    from localinfer.models.metadata.gguf_file import Scalar
+    from localinfer.models.metadata.gguf_tensors import read_gguf_tensors
     from localinfer.models.metadata.hf import read_folder_thinking
     from localinfer.models.metadata.projector import ProjectorInfo, cached_projector_info, read_projector_info
 
@@ -43,12 +44,12 @@ _HOMES = {
     "folder_format": "folder",
     "read_folder_facts": "folder",
     "GGUFInfo": "gguf",
-    "Scalar": "gguf",
+    "Scalar": "gguf_file",
     "cached_gguf_info": "gguf",
     "read_chat_template": "gguf",
     "read_gguf_info": "gguf",
     "read_gguf_metadata": "gguf",
-    "read_gguf_tensors": "gguf",
+    "read_gguf_tensors": "gguf_tensors",
     "read_gguf_thinking": "gguf",
     "read_folder_thinking": "hf",
     "ProjectorInfo": "projector",

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localinfer.errors import ModelLoadError
-from localinfer.models.metadata.gguf import Scalar, TensorEntry, read_gguf_info, read_gguf_metadata, read_gguf_tensors
+from localinfer.models.metadata.gguf import read_gguf_info, read_gguf_metadata
+from localinfer.models.metadata.gguf_file import Scalar
+from localinfer.models.metadata.gguf_tensors import TensorEntry, read_gguf_tensors
 
 CLIP_ARCHITECTURE = "clip"
 _F32 = 4

@@ -19,7 +19,7 @@ from localinfer.backends.base import DeviceUse
 from localinfer.backends.llamacpp.rpc.wire import probe
 from localinfer.errors import ConfigError
 from localinfer.hardware import layer_split
-from localinfer.models.metadata.gguf import TensorEntry, read_gguf_tensors
+from localinfer.models.metadata.gguf_tensors import TensorEntry, read_gguf_tensors
 
 log = logging.getLogger(__name__)
 
