@@ -32,6 +32,7 @@ from localinfer.backends.chunks import ChunkQueue, relay
 from localinfer.backends.line_limits import text_stream_for
 from localinfer.backends.llamacpp.constraint import ConstraintCompiler
 from localinfer.backends.llamacpp.draft_model import DraftModel
+from localinfer.backends.llamacpp.drafting import drafting
 from localinfer.backends.llamacpp.embedder import Embedder, check_prompt, fit
 from localinfer.backends.llamacpp.job import Job
 from localinfer.backends.llamacpp.lora import LoraAdapters, check_adapter_files, no_adapters
@@ -42,8 +43,8 @@ from localinfer.backends.llamacpp.rerank import rerank_prompts
 from localinfer.backends.llamacpp.sampling import build_sampler, is_greedy_alone, resolve_logit_bias, token_bias
 from localinfer.backends.llamacpp.slot_files import SlotAction
 from localinfer.backends.llamacpp.speculative import PromptDraftFactory
-from localinfer.backends.llamacpp.step_costs import RuleCosts, StepCosts
-from localinfer.backends.llamacpp.step_loop import Drafting, StepLoop
+from localinfer.backends.llamacpp.step_costs import StepCosts
+from localinfer.backends.llamacpp.step_loop import StepLoop
 from localinfer.backends.llamacpp.thinking_budget import thinking_cutter
 from localinfer.errors import ContextLengthExceeded, InvalidRequest, ModelNotReady
 from localinfer.types import (
@@ -56,40 +57,6 @@ from localinfer.types import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# On a CPU, a step's cost grows with every token past the first (SmolLM2 Q4_1 on 2 cores: 30 ms for one token,
-# 16-20 ms a token for 2-63: step_costs.py), so once two slots generate a drafted token costs nearly
-# what a generated one does: with 8 streams, prompt lookup took aggregate tok/s from 1.03x to 0.84x of llama-server's
-# (docs/benchmarks.md). Drafts are fed there only while one slot generates; a model offloaded to a GPU, whose steps
-# cost about the same up to dozens of tokens, drafts for every slot. (The step costs would say the same; the rule
-# also keeps several slots' drafts from being weighed against one another.)
-CPU_DRAFTING_SLOTS = 1
-
-
-def drafting(
-    spec: LoadSpec,
-    model: LlamaModel,
-    source: PromptDraftFactory,
-    draft_model: DraftModel | None,
-    slots: int | None = None,
-    costs: StepCosts | None = None,
-) -> Drafting | None:
-    """How the step loop speculates for ``spec`` on ``model``: with ``draft_model`` when there is one (fed whole),
-    else with drafts from ``source`` (cut to what the step costs say pays: a greedy or seeded request's by ``costs``
-    when given, else by RuleCosts), while at most ``slots`` slots generate (None: CPU_DRAFTING_SLOTS on a CPU, all
-    of them on a GPU); not at all when speculation is off."""
-    if spec.speculation == "off" or spec.draft_max <= 0:
-        return None
-    if slots is None:
-        slots = model.n_seq_max if model.gpu_layers > 0 else min(CPU_DRAFTING_SLOTS, model.n_seq_max)
-    return Drafting(
-        draft_model.source if draft_model is not None else lambda prompt, _seq_id, shared: source(prompt, shared),
-        spec.draft_max,
-        spec.draft_min,
-        weigh_costs=draft_model is None,  # a draft model's proposals cost its steps: fed whole (its p_min cuts them)
-        max_generating=slots,
-        reproducible_costs=costs or RuleCosts.for_device(model.gpu_layers > 0),
-    )
 
 
 class LlamaCppBackend(Backend):
