@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +14,49 @@ import pytest
 
 from localinfer.app.tui.app import LocalInferApp
 from localinfer.app.tui.conversations import ConversationSettings, ConversationStore
+from localinfer.client.base import ClientStatus, InferenceClient
 from localinfer.client.local import LocalClient
 from localinfer.config import Settings
 from localinfer.engine.engine import Engine
 from localinfer.models.hub import HubClient
 from localinfer.models.library import ModelLibrary
 from localinfer.models.store import Manifest, ModelStore
+from localinfer.progress import ProgressEvent
+from localinfer.types import ChatRequest, ModelInfo, TokenChunk
 
 AppFactory = Callable[..., LocalInferApp]
+
+
+class ForwardingClient:
+    """The app's real client, every call passed on: tests override the one call they change."""
+
+    def __init__(self, client: InferenceClient) -> None:
+        self.client = client
+
+    @property
+    def where(self) -> str:
+        return self.client.where
+
+    def chat(self, request: ChatRequest) -> AsyncGenerator[TokenChunk, None]:
+        return self.client.chat(request)
+
+    async def models(self) -> list[ModelInfo]:
+        return await self.client.models()
+
+    async def load(self, model: str, *, context_length: int | None = None) -> None:
+        await self.client.load(model, context_length=context_length)
+
+    def pull(self, ref: str) -> AsyncGenerator[ProgressEvent, None]:
+        return self.client.pull(ref)
+
+    async def remove(self, model: str) -> int:
+        return await self.client.remove(model)
+
+    async def status(self) -> ClientStatus:
+        return await self.client.status()
+
+    async def close(self) -> None:
+        await self.client.close()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ else is the real app. Update after a deliberate change with ``pytest tests/app/t
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,12 +18,11 @@ from localinfer.app.tui.screens.chat import ChatScreen
 from localinfer.app.tui.screens.models import ModelsScreen
 from localinfer.app.tui.widgets.prompt import PromptInput
 from localinfer.app.tui.widgets.status import StatusBar
-from localinfer.client.base import ClientStatus, InferenceClient, LoadedModelStatus
+from localinfer.client.base import ClientStatus, LoadedModelStatus
 from localinfer.config import Settings
 from localinfer.models.store import Manifest
 from localinfer.progress import ProgressEvent
-from localinfer.types import ChatRequest, ModelInfo, TokenChunk
-from tests.app.tui.conftest import AppFactory, register, wait_for
+from tests.app.tui.conftest import AppFactory, ForwardingClient, register, wait_for
 
 SIZES = [(80, 24), (120, 40)]
 STATUS = ClientStatus(
@@ -43,36 +42,11 @@ print(capitals["France"])
 """
 
 
-class FixedStatusClient:
+class FixedStatusClient(ForwardingClient):
     """The real client, except that its status does not move."""
-
-    def __init__(self, client: InferenceClient) -> None:
-        self.client = client
-
-    @property
-    def where(self) -> str:
-        return self.client.where
-
-    def chat(self, request: ChatRequest) -> AsyncGenerator[TokenChunk, None]:
-        return self.client.chat(request)
-
-    async def models(self) -> list[ModelInfo]:
-        return await self.client.models()
-
-    async def load(self, model: str, *, context_length: int | None = None) -> None:
-        await self.client.load(model, context_length=context_length)
-
-    def pull(self, ref: str) -> AsyncGenerator[ProgressEvent, None]:
-        return self.client.pull(ref)
-
-    async def remove(self, model: str) -> int:
-        return await self.client.remove(model)
 
     async def status(self) -> ClientStatus:
         return STATUS
-
-    async def close(self) -> None:
-        await self.client.close()
 
 
 @pytest.fixture

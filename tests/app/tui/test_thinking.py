@@ -23,12 +23,11 @@ from localinfer.app.tui.replies import chat_request
 from localinfer.app.tui.screens.chat import ChatScreen
 from localinfer.app.tui.widgets.message import MessageView
 from localinfer.app.tui.widgets.thinking import ThinkingBlock, thinking_summary
-from localinfer.client.base import ClientStatus, InferenceClient
+from localinfer.client.base import InferenceClient
 from localinfer.config import Settings
 from localinfer.models.store import Manifest
-from localinfer.progress import ProgressEvent
-from localinfer.types import ChatMessage, ChatRequest, ModelInfo, Thinking, TokenChunk, Usage
-from tests.app.tui.conftest import AppFactory, register, wait_for
+from localinfer.types import ChatMessage, ChatRequest, Thinking, TokenChunk, Usage
+from tests.app.tui.conftest import AppFactory, ForwardingClient, register, wait_for
 
 pytestmark = pytest.mark.model
 
@@ -37,38 +36,13 @@ QUESTION = "What is the capital of France?"
 BUDGETED = ConversationSettings(temperature=0.0, max_tokens=24, thinking_budget=6)
 
 
-class RunsToItsLimit:
+class RunsToItsLimit(ForwardingClient):
     """The app's real client, except that each reply runs to its ``max_tokens`` (``ignore_eos``)."""
-
-    def __init__(self, client: InferenceClient) -> None:
-        self.client = client
-
-    @property
-    def where(self) -> str:
-        return self.client.where
 
     def chat(self, request: ChatRequest) -> AsyncGenerator[TokenChunk, None]:
         assert request.options.max_tokens is not None, "a reply that runs to its limit needs one"
         options = dataclasses.replace(request.options, ignore_eos=True)
         return self.client.chat(dataclasses.replace(request, options=options))
-
-    async def models(self) -> list[ModelInfo]:
-        return await self.client.models()
-
-    async def load(self, model: str, *, context_length: int | None = None) -> None:
-        await self.client.load(model, context_length=context_length)
-
-    def pull(self, ref: str) -> AsyncGenerator[ProgressEvent, None]:
-        return self.client.pull(ref)
-
-    async def remove(self, model: str) -> int:
-        return await self.client.remove(model)
-
-    async def status(self) -> ClientStatus:
-        return await self.client.status()
-
-    async def close(self) -> None:
-        await self.client.close()
 
 
 def thinking_app(make_app: AppFactory, **kwargs: Any) -> LocalInferApp:
