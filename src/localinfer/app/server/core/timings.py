@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from localinfer.types import PromptProgress, Timings
+
+
+def timings_fields(t: Timings, cache_n: int) -> dict[str, Any]:
+    """llama-server's ``timings``: ``cache_n`` prompt tokens reused, ``prompt_n`` computed, then generation, whose
+    per-token time and rate count the steps after the first token (as ``Timings.predicted_per_second`` does); on
+    its own routes and the OpenAI ones alike."""
+    return {
+        "cache_n": cache_n,
+        "prompt_n": t.prompt_n,
+        "prompt_ms": round(t.prompt_ms, 3),
+        "prompt_per_token_ms": round(t.prompt_ms / t.prompt_n, 3) if t.prompt_n else 0.0,
+        "prompt_per_second": round(t.prompt_per_second, 2),
+        "predicted_n": t.predicted_n,
+        "predicted_ms": round(t.predicted_ms, 3),
+        "predicted_per_token_ms": round(t.predicted_ms / (t.predicted_n - 1), 3) if t.predicted_n > 1 else 0.0,
+        "predicted_per_second": round(t.predicted_per_second, 2),
+        **speculation_body(t),
+    }
 
 
 def speculation_body(t: Timings) -> dict[str, int | float]:

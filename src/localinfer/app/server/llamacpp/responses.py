@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localinfer.app.server.core.choices import merged
-from localinfer.app.server.core.timings import progress_timings, speculation_body
+from localinfer.app.server.core.timings import progress_timings, timings_fields
 from localinfer.app.server.errors import llamacpp_error
 from localinfer.errors import LocalInferError
 from localinfer.types import Timings, TokenChunk, TokenLogprob, TokenStream, Usage
@@ -41,18 +41,7 @@ def timings_body(t: Timings | None, usage: Usage | None) -> dict[str, Any]:
     """llama-server's ``timings``: ``cache_n`` prompt tokens reused, ``prompt_n`` computed, then generation, whose
     per-token time and rate count the steps after the first token (as ``Timings.predicted_per_second`` does)."""
     t = t or Timings(0.0, 0.0, 0, 0)
-    return {
-        "cache_n": usage.cached_tokens if usage is not None else t.cache_n,
-        "prompt_n": t.prompt_n,
-        "prompt_ms": round(t.prompt_ms, 3),
-        "prompt_per_token_ms": round(t.prompt_ms / t.prompt_n, 3) if t.prompt_n else 0.0,
-        "prompt_per_second": round(t.prompt_per_second, 2),
-        "predicted_n": t.predicted_n,
-        "predicted_ms": round(t.predicted_ms, 3),
-        "predicted_per_token_ms": round(t.predicted_ms / (t.predicted_n - 1), 3) if t.predicted_n > 1 else 0.0,
-        "predicted_per_second": round(t.predicted_per_second, 2),
-        **speculation_body(t),
-    }
+    return timings_fields(t, usage.cached_tokens if usage is not None else t.cache_n)
 
 
 def probabilities_body(probs: Sequence[TokenLogprob], post_sampling: bool) -> list[dict[str, Any]]:

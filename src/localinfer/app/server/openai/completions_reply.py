@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from localinfer.app.server.core.choices import choices_usage, merged
-from localinfer.app.server.core.timings import progress_timings, speculation_body
+from localinfer.app.server.core.timings import progress_timings, timings_fields
 from localinfer.app.server.errors import finish_reason_for, openai_error
 from localinfer.app.server.openai.verbose import VerboseBodies
 from localinfer.errors import LocalInferError
@@ -35,20 +35,7 @@ def usage_body(usage: Usage | None) -> dict[str, Any] | None:
 
 def timings_body(t: Timings | None) -> dict[str, Any] | None:
     """llama-server's ``timings`` (the same figures as on its own routes), None without any."""
-    if t is None:
-        return None
-    return {
-        "cache_n": t.cache_n,
-        "prompt_n": t.prompt_n,
-        "prompt_ms": round(t.prompt_ms, 3),
-        "prompt_per_token_ms": round(t.prompt_ms / t.prompt_n, 3) if t.prompt_n else 0.0,
-        "prompt_per_second": round(t.prompt_per_second, 2),
-        "predicted_n": t.predicted_n,
-        "predicted_ms": round(t.predicted_ms, 3),
-        "predicted_per_token_ms": round(t.predicted_ms / (t.predicted_n - 1), 3) if t.predicted_n > 1 else 0.0,
-        "predicted_per_second": round(t.predicted_per_second, 2),
-        **speculation_body(t),
-    }
+    return None if t is None else timings_fields(t, t.cache_n)
 
 
 @dataclass(frozen=True)
