@@ -42,8 +42,10 @@
 # there and compares the two servers on them:
 #   bench/gpu_check.sh prepare-compare [MODEL.gguf]   here: .gpu/g1 (source, wheels, Python files, tokenizer.gguf)
 #   run(carry=[".gpu/g1"], timeout_s=600, command="OUT=$OUT bash bench/gpu_check.sh compare")
+#   run(carry=[".gpu/g1"], command="OUT=$OUT MODELS=... bash bench/gpu_check.sh compare-again")  (same warm machine)
 # MODELS (default 3b-Q4_K_M,3b-F16,8b-Q4_K_M), FA (default on,off), ROUNDS (default 4), CUDA_FA (the kernels,
-# default ON), BUILD_TIMEOUT (default 440 s) and COMPARE_TIMEOUT (default 480 s) size it to the time at hand.
+# default ON), BUILD_TIMEOUT (default 440 s) and COMPARE_TIMEOUT (default 480 s) size it to the time at hand;
+# GPU_CHECK_DEADLINE (epoch seconds) ends the comparison in time for the call to bring back what it measured.
 #
 # Environment: OUT, CMAKE_ARGS (default "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"), JOBS (default: all CPUs),
 # ROUNDS (default 5), TOKENS (default 256), CPU_ONLY=1 (check without a GPU), SERVE_ARGS (more `serve` flags for
@@ -61,6 +63,16 @@ keep=${GPU_CHECK_KEEP:-/tmp/gpu-check}
 mkdir -p "$OUT"
 python=${PYTHON:-python3}
 step() { printf '\n=== %s  [%s]\n' "$*" "$(date -u +%H:%M:%S)"; }
+# Seconds for a last step: $1, or less where GPU_CHECK_DEADLINE (epoch seconds: the device call's end, less a margin
+# for bringing $OUT back) comes sooner, so that a step cut short still leaves its partial results to be returned.
+seconds_left() {
+  local want=$1 left
+  [ -n "${GPU_CHECK_DEADLINE:-}" ] || { echo "$want"; return; }
+  left=$((GPU_CHECK_DEADLINE - $(date +%s)))
+  [ "$left" -lt "$want" ] && want=$left
+  [ "$want" -lt 1 ] && want=1
+  echo "$want"
+}
 fail() {
   echo "gpu_check: $*" >&2
   exit 1
@@ -73,7 +85,7 @@ wheels() {
   local specs=() name
   for name in fastapi starlette pydantic pydantic_core pydantic-settings python-dotenv typing-inspection \
     annotated-types annotated-doc typing_extensions anyio sniffio uvicorn h11 httptools gguf llguidance diskcache \
-    platformdirs httpx2 httpcore2 truststore opentelemetry-api idna filelock; do
+    platformdirs httpx2 httpcore2 truststore opentelemetry-api idna filelock python-multipart; do
     specs+=("$name==$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('$name'))")")
   done
   local platforms=()
@@ -230,11 +242,24 @@ compare() {
   build_shared g1 "${CUDA_FA:-ON}" llama llama-server llama-quantize || exit 1
   step "bench/gpu_compare.py"
   local models=${MODELS:-3b-Q4_K_M,3b-F16,8b-Q4_K_M}
-  timeout "${COMPARE_TIMEOUT:-480}" $python bench/gpu_compare.py --models "$models" --fa "${FA:-on,off}" \
+  timeout "$(seconds_left "${COMPARE_TIMEOUT:-480}")" $python bench/gpu_compare.py --models "$models" --fa "${FA:-on,off}" \
     --rounds "${ROUNDS:-4}" --tokenizer "$keep/g1/tokenizer.gguf" --llama-cpp-bin "$keep/build/bin" \
-    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json"
+    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json" ${COMPARE_ARGS:-}
   local rc=$?
   step "nvidia-smi after"
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
+  return $rc
+}
+
+# Again on the same warm machine, without building: the build and site that compare left under $keep.
+compare_again() {
+  [ -x "$keep/build/bin/llama-server" ] && [ -d "$keep/site" ] || fail "no build under $keep: run compare first"
+  env_site
+  step "bench/gpu_compare.py (the build already here)"
+  timeout "$(seconds_left "${COMPARE_TIMEOUT:-480}")" $python bench/gpu_compare.py --models "${MODELS:-3b-Q4_K_M}" --fa "${FA:-on}" \
+    --rounds "${ROUNDS:-4}" --tokenizer "$keep/g1/tokenizer.gguf" --llama-cpp-bin "$keep/build/bin" \
+    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json" ${COMPARE_ARGS:-}
+  local rc=$?
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
   return $rc
 }
@@ -393,5 +418,6 @@ build-rpc) build_rpc 2>&1 | tee -a "$OUT/log" ;;
 check-rpc) check_rpc 2>&1 | tee -a "$OUT/log" ;;
 prepare-compare) prepare_compare "${2:-}" ;;
 compare) compare 2>&1 | tee -a "$OUT/log" ;;
-*) fail "usage: bench/gpu_check.sh prepare [MODEL.gguf] | build | check | all | prepare-rpc | build-rpc | check-rpc | prepare-compare [MODEL.gguf] | compare" ;;
+compare-again) compare_again 2>&1 | tee -a "$OUT/log" ;;
+*) fail "usage: bench/gpu_check.sh prepare [MODEL.gguf] | build | check | all | prepare-rpc | build-rpc | check-rpc | prepare-compare [MODEL.gguf] | compare | compare-again" ;;
 esac

@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import random
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -92,7 +93,7 @@ def servers(args: argparse.Namespace, model: Path, flags: list[str], label: str)
         for engine in ENGINES:
             port = free_port()
             cmd = server_cmd(engine, args.bin_dir, model, port, flags, shlex.split(args.localinfer_args))
-            log = args.work / "logs" / f"{label}-{engine}.log"
+            log = args.logs / f"{label}-{engine}.log"
             started[engine] = ManagedServer(engine, cmd, port, log, startup_timeout=600)
             started[engine].start()
         yield started
@@ -204,10 +205,22 @@ def summary(values: dict[str, list[float]]) -> dict[str, Any]:
 
 
 def run_model(args: argparse.Namespace, name: str, fa: str) -> dict[str, Any]:
+    """One model with flash attention ``fa``: prefill first (the figure #42 found behind), then streams and TTFT;
+    what is measured is written to ``args.partial`` as it comes."""
     model = model_file(args.work, args.tokenizer, name, args.bin_dir)
     vocab = 49152
     common = ["-ngl", "0" if args.cpu_only else "99", "-fa", fa]
     result: dict[str, Any] = {"model": name, "flash_attn": fa, "size_mib": model.stat().st_size >> 20}
+    flags = [*common, "-c", str(max(args.prefill) + 256), "-np", "1"]
+    with servers(args, model, flags, f"{name}-fa{fa}-prefill") as up:
+        for n in args.prefill:
+
+            def prefill(engine: str, r: int, n: int = n) -> float:
+                return prefill_round(up[engine].base_url, n, r * 7 + n, vocab)
+
+            result[f"prefill_{n}"] = summary(alternate(args.rounds, prefill))
+            write_json(args.partial, result)
+            print(f"{name} fa {fa}: prefill {n} {result[f'prefill_{n}']['median']}", file=sys.stderr)
     n_slots = MAX_STREAMS + 1
     flags = [*common, "-c", str(SLOT * n_slots), "-np", str(n_slots)]
     with servers(args, model, flags, f"{name}-fa{fa}-streams") as up:
@@ -222,7 +235,7 @@ def run_model(args: argparse.Namespace, name: str, fa: str) -> dict[str, Any]:
                 return tps
 
             result[f"streams_{n}"] = summary(alternate(args.rounds, measure))
-            write_json(args.work / "partial.json", result)
+            write_json(args.partial, result)
             print(f"{name} fa {fa}: {n} streams {result[f'streams_{n}']['median']}", file=sys.stderr)
         result["same_greedy_text_1_stream"] = len(set(texts.values())) == 1
         ttft = alternate(args.rounds, lambda e, r: ttft_round(up[e].base_url, args.probes, r))
@@ -230,17 +243,8 @@ def run_model(args: argparse.Namespace, name: str, fa: str) -> dict[str, Any]:
         result["ttft_ms_under_16_streams"] = {
             e: {"p50": percentile(v, 50), "p95": percentile(v, 95), "n": len(v)} for e, v in flat.items()
         }
+        write_json(args.partial, result)
         print(f"{name} fa {fa}: ttft {result['ttft_ms_under_16_streams']}", file=sys.stderr)
-    flags = [*common, "-c", str(max(args.prefill) + 256), "-np", "1"]
-    with servers(args, model, flags, f"{name}-fa{fa}-prefill") as up:
-        for n in args.prefill:
-
-            def prefill(engine: str, r: int, n: int = n) -> float:
-                return prefill_round(up[engine].base_url, n, r * 7 + n, vocab)
-
-            rounds = alternate(args.rounds, prefill)
-            result[f"prefill_{n}"] = summary(rounds)
-            print(f"{name} fa {fa}: prefill {n} {result[f'prefill_{n}']['median']}", file=sys.stderr)
     return result
 
 
@@ -287,6 +291,8 @@ def main() -> int:
     p.add_argument("--work", type=Path, default=Path("/tmp/gpu-compare"))
     p.add_argument("--out", type=Path, help="results JSON (default WORK/results.json) and a .md beside it")
     args = p.parse_args()
+    # `timeout` ends a run cut short with SIGTERM: exit through the servers' finally blocks, not around them.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.rounds < 4:
         p.error("--rounds must be at least 4")
     if args.cpu_only and "--tokens" not in sys.argv:
@@ -297,9 +303,12 @@ def main() -> int:
     args.tokenizer = args.work / "tokenizer.gguf"
     if not args.tokenizer.exists():
         write_tokenizer_only(source, args.tokenizer)
+    out = args.out or args.work / "results.json"
+    # Beside the results, so that a run cut short by the device's time limit still brings back what it measured.
+    args.partial = out.with_name("partial.json")
+    args.logs = out.parent / "logs"
     names = (args.models or (CPU_MODELS if args.cpu_only else GPU_MODELS)).split(",")
     results = []
-    out = args.out or args.work / "results.json"
     for name in names:
         for fa in args.fa.split(","):
             results.append(run_model(args, name, fa))
