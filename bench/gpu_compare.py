@@ -12,7 +12,8 @@ median, its spread (lowest and highest round) and localinfer's median over llama
 - prefill: ``/completion`` with a prompt of N random token ids (a new one each round, ``cache_prompt`` false) and
   ``n_predict`` 1; the figure is the server's own ``timings.prompt_per_second`` (both servers report it alike).
 - ttft: while 16 streams decode (each has sent its first token), ``--probes`` requests one after another with a
-  new prompt of 256 words and one token to generate; p50 and p95 of the client's time to the first token.
+  new prompt of 256 words and one token to generate (``/completion``, not streamed); p50 and p95 of the client's time
+  to that answer. ``--probes 0`` leaves the phase out.
 - memory: the GPU memory of each server's process (nvidia-smi), or its RSS with ``--cpu-only``, once loaded.
 
 The servers of the streams and ttft phases have 65 slots of 512 tokens; those of the prefill phase one slot long
@@ -49,7 +50,6 @@ from benchlib import (
     llama_cpp_bin,
     machine_info,
     percentile,
-    stream_completion,
     stream_concurrently,
     write_json,
 )
@@ -164,8 +164,14 @@ def ttft_round(url: str, probes: int, seed: int) -> list[float]:
     with httpx.Client() as client:
         for _ in range(probes):
             text = " ".join(rng.choice(words) for _ in range(256))  # a word a token, about (SmolLM2's tokenizer)
-            body = {"prompt": text, "max_tokens": 1, "temperature": 0, "cache_prompt": False}
-            times.append(stream_completion(client, url, body).ttft_s * 1000.0)
+            # One token asked, not streamed: its answer's time is the time to the first token, whatever the token
+            # (a random model's may be an end token or a byte of a character, which a stream carries as no text).
+            body = {"prompt": text, "n_predict": 1, "temperature": 0, "cache_prompt": False}
+            sent = time.perf_counter()
+            answer = client.post(f"{url}/completion", json=body, timeout=600)
+            if answer.status_code != 200:
+                raise BenchError(f"/completion -> {answer.status_code}: {answer.text[:300]}")
+            times.append((time.perf_counter() - sent) * 1000.0)
     stop.set()
     for t in threads:
         t.join(timeout=120)
@@ -238,6 +244,8 @@ def run_model(args: argparse.Namespace, name: str, fa: str) -> dict[str, Any]:
             write_json(args.partial, result)
             print(f"{name} fa {fa}: {n} streams {result[f'streams_{n}']['median']}", file=sys.stderr)
         result["same_greedy_text_1_stream"] = len(set(texts.values())) == 1
+        if not args.probes:
+            return result
         ttft = alternate(args.rounds, lambda e, r: ttft_round(up[e].base_url, args.probes, r))
         flat = {e: [t for rnd in v for t in rnd] for e, v in ttft.items()}
         result["ttft_ms_under_16_streams"] = {
@@ -259,12 +267,14 @@ def markdown(results: list[dict[str, Any]], streams: list[int], prefill: list[in
         return f"{li:,.0f} vs {ls:,.0f} ({li / ls:.2f}x; ours {lo:,.0f} to {hi:,.0f})"
 
     for r in results:
-        t = r["ttft_ms_under_16_streams"]
+        t = r.get("ttft_ms_under_16_streams")
         row = [r["model"], r["flash_attn"], *(cell(r[f"streams_{n}"]) for n in streams)]
         row += [cell(r[f"prefill_{n}"]) for n in prefill]
         row.append(
             f"{t['localinfer']['p50']:.0f}/{t['localinfer']['p95']:.0f} vs "
             f"{t['llama-server']['p50']:.0f}/{t['llama-server']['p95']:.0f}"
+            if t
+            else "not measured"
         )
         row.append(f"{r['memory_mib']['localinfer']:,.0f} vs {r['memory_mib']['llama-server']:,.0f}")
         lines.append("| " + " | ".join(row) + " |")
