@@ -10,7 +10,6 @@ the store as it was. ``copy`` registers the same model under a second name (``cp
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import time
 import uuid
@@ -28,12 +27,11 @@ from localinfer.models.library import ModelLibrary, untagged
 from localinfer.models.metadata import cached_gguf_info, read_gguf_metadata
 from localinfer.models.modelfile import Command, parameter_value
 from localinfer.models.pull import can_pull, ensure_model, pull
-from localinfer.models.store import Manifest, ModelFile, ModelStore, local_manifest, validate_name
+from localinfer.models.store import Manifest, ModelFile, ModelStore, file_sha256, local_manifest, validate_name
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 1 << 20
 PEFT_CONFIG = "adapter_config.json"
 # quantize ``base``'s file to TYPE and register it under the name given; the app passes quantize's own
 Quantizer = Callable[[Manifest, str, str, ProgressSink], Manifest]
@@ -178,14 +176,6 @@ def copy(library: ModelLibrary, source: str, destination: str) -> Manifest:
     made = dataclasses.replace(found, name=destination, source=f"copy:{found.name}", created=int(time.time()))
     library.store.register(made)
     return made
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _local_path(text: str, folder: Path) -> Path:

@@ -14,6 +14,7 @@ Nothing is created on disk until something is registered or downloaded.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -333,6 +334,15 @@ class ModelStore:
     def _load_path(self, text: str) -> Path:
         path = Path(text)
         return path if path.is_absolute() else self.root / path
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 hex digest of the file at ``path``, read a MiB at a time (the digest a blob is stored under)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def local_manifest(path: Path, *, name: str | None = None, sha256: str | None = None) -> Manifest:

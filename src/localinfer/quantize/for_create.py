@@ -8,8 +8,8 @@ import os
 import uuid
 from pathlib import Path
 
-from localinfer.models.create import AdapterConverter, Quantizer, file_sha256
-from localinfer.models.store import Manifest, ModelFile, ModelSource, ModelStore
+from localinfer.models.create import AdapterConverter, Quantizer
+from localinfer.models.store import Manifest, ModelFile, ModelSource, ModelStore, file_sha256
 from localinfer.progress import ProgressSink
 from localinfer.quantize.gguf_quantizer import Options, quantize_model
 from localinfer.quantize.peft_lora import convert_peft_lora

@@ -29,11 +29,11 @@ import gguf
 from localinfer.errors import LocalInferError, ModelNotFound, PullError, QuantizeError
 from localinfer.models.files import split_part
 from localinfer.models.metadata.gguf_tensors import TensorEntry, read_gguf_tensors
-from localinfer.models.store import Manifest, ModelSource, ModelStore, validate_name
+from localinfer.models.store import Manifest, ModelSource, ModelStore, file_sha256, validate_name
 from localinfer.progress import ProgressEvent, ProgressSink, ignore_progress
 from localinfer.quantize.imatrix import Matrix, check_fits, file_record, load_imatrix
 from localinfer.quantize.imatrix_collect import Calibration, calibrate, calibration_text
-from localinfer.quantize.install import Installed, install_file, install_parts, sha256_of
+from localinfer.quantize.install import Installed, install_file, install_parts
 from localinfer.quantize.lineage import Lineage
 from localinfer.quantize.quant_types import QuantType, fallback_bpw, parse_tensor_type, tensor_bpw
 
@@ -290,7 +290,7 @@ def _imatrix_job(
     calibration text) and return what the lineage keeps of it; None without one."""
     if isinstance(given, Matrix) and options.imatrix is not None:
         job["imatrix"], job["imatrix_name"] = str(options.imatrix), options.imatrix.name
-        return file_record(options.imatrix, given, sha256_of(options.imatrix))
+        return file_record(options.imatrix, given, file_sha256(options.imatrix))
     if not isinstance(given, str) or options.calibrate is None:
         return None
     path = work / "imatrix.gguf"

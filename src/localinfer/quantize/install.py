@@ -6,7 +6,6 @@ leaves no file behind.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import time
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localinfer.errors import QuantizeError
-from localinfer.models.store import Manifest, ModelFile, ModelStore
+from localinfer.models.store import Manifest, ModelFile, ModelStore, file_sha256
 from localinfer.quantize.lineage import Lineage, write_lineage
 
 
@@ -54,7 +53,7 @@ def install_parts(
         ModelFile(
             path=folder / part.name,
             size=(folder / part.name).stat().st_size,
-            sha256=sha256_of(folder / part.name),
+            sha256=file_sha256(folder / part.name),
             owned=True,
         )
         for part in parts
@@ -78,7 +77,7 @@ def install_parts(
 
 def install_file(store: ModelStore, output: Path, installed: Installed, lineage: Lineage) -> Manifest:
     """Move the file into the store's blobs with one rename, then record its lineage and register it."""
-    sha256 = sha256_of(output)
+    sha256 = file_sha256(output)
     blob = store.blob_path(sha256)
     blob.parent.mkdir(parents=True, exist_ok=True)
     existed = blob.exists()
@@ -100,11 +99,3 @@ def install_file(store: ModelStore, output: Path, installed: Installed, lineage:
                 blob.unlink()
         raise
     return manifest
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

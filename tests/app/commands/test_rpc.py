@@ -16,7 +16,8 @@ import httpx
 import openai
 import pytest
 
-from localinfer.backends.llamacpp.rpc.wire import RpcWorkerError, exposure, parse_endpoints, probe
+from localinfer.app.commands.rpc import exposure
+from localinfer.backends.llamacpp.rpc.wire import RpcWorkerError, parse_endpoints, probe
 from localinfer.errors import ConfigError
 from localinfer.hardware.layer_split import assign, describe, parse_tensor_split
 from localinfer.models.store import Manifest
@@ -178,9 +179,14 @@ def test_addresses_are_parsed_as_llama_server_takes_them() -> None:
     )
     with pytest.raises(ConfigError):
         parse_endpoints("host:99999")
-    assert [exposure(h) for h in ("127.0.0.1", "::1", "192.168.1.5", "0.0.0.0", "::")] == [
+    hosts = ("127.0.0.1", "::1", "[::1]", "localhost", "worker.localhost", "192.168.1.5", "gpu-box", "0.0.0.0", "::")
+    assert [exposure(h) for h in hosts] == [
         "loopback",
         "loopback",
+        "loopback",
+        "loopback",
+        "loopback",  # as serve's Host check counts it (RFC 6761)
+        "network",
         "network",
         "everywhere",
         "everywhere",

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localinfer.app.commands.rpc_workers import lan_address
+from localinfer.app.server.guard import is_loopback_name
 from localinfer.backends.llamacpp.rpc.wire import (
     DEFAULT_PORT,
     SAFE_WAYS,
-    exposure,
 )
 from localinfer.errors import ConfigError
 
@@ -212,6 +212,15 @@ def _cache_dir(asked: str | None, settings: Settings) -> Path | None:
             f"cannot use {folder} as the tensor cache: {exc.strerror}", hint="pick another --cache DIR"
         ) from exc
     return folder
+
+
+def exposure(host: str) -> str:
+    """How far a worker bound to ``host`` can be reached: ``loopback`` (the names and addresses ``serve`` counts as
+    loopback: guard.is_loopback_name), ``network`` (one address or name of this machine) or ``everywhere`` (every
+    address: 0.0.0.0, ::, or no host)."""
+    if host in ("", "0.0.0.0", "::"):
+        return "everywhere"
+    return "loopback" if is_loopback_name(host.strip("[]").lower()) else "network"
 
 
 def _paste_address(host: str) -> str:

@@ -7,7 +7,6 @@ aborts the whole process on a worker it cannot reach, so nothing reaches llama.c
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import struct
 from collections.abc import Iterator
@@ -60,20 +59,6 @@ def parse_endpoints(text: str) -> tuple[str, ...]:
 def split_endpoint(endpoint: str) -> tuple[str, int]:
     host, _, port = endpoint.rpartition(":")
     return host, int(port)
-
-
-def exposure(host: str) -> str:
-    """How far a worker bound to ``host`` can be reached: ``loopback``, ``network`` (one address of this machine)
-    or ``everywhere`` (every address: 0.0.0.0, ::)."""
-    if host in ("localhost", ""):
-        return "loopback" if host else "everywhere"
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return "network"  # a name: whatever it resolves to
-    if address.is_unspecified:
-        return "everywhere"
-    return "loopback" if address.is_loopback else "network"
 
 
 def probe(endpoint: str, *, timeout: float = PROBE_TIMEOUT) -> tuple[int, int, int]:
