@@ -13,7 +13,7 @@ import pytest
 
 from localinfer.backends.base import LoadSpec, LoraAdapter, LoraState
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
-from localinfer.backends.llamacpp.lora import next_group
+from localinfer.backends.llamacpp.lora import TURN_STEPS, next_group
 from localinfer.errors import InvalidRequest, ModelLoadError
 from localinfer.models.store import Manifest
 from localinfer.quantize.peft_lora import convert_peft_lora
@@ -123,9 +123,12 @@ async def test_the_converted_peft_folder_gives_the_gguf_adapters_text(
         await backend.unload()
 
 
-def test_each_set_of_scales_gets_its_turn() -> None:
+def test_each_set_of_scales_gets_its_turn_of_several_steps() -> None:
     groups = [(0.0,), (1.0,), (0.5,)]
     assert next_group(groups, None) == (0.0,)
-    assert next_group(groups, (0.0,)) == (1.0,)
-    assert next_group(groups, (0.5,)) == (0.0,)
-    assert next_group(groups, (2.0,)) == (0.0,)  # the last set batched has ended
+    assert next_group(groups, (0.0,), 1) == (0.0,)  # its turn goes on
+    assert next_group(groups, (0.0,), TURN_STEPS - 1) == (0.0,)
+    assert next_group(groups, (0.0,), TURN_STEPS) == (1.0,)  # its turn is over: the next set's
+    assert next_group(groups, (0.5,), TURN_STEPS) == (0.0,)
+    assert next_group(groups, (2.0,), 1) == (0.0,)  # the last set batched has ended
+    assert next_group([(0.0,)], (0.0,), 100) == (0.0,)  # alone, a set keeps the batch

@@ -100,6 +100,7 @@ class StepLoop:
         self._model = model
         self._adapters = adapters
         self._group: Scales | None = None  # the adapters' scales of the slots batched in the last step
+        self._group_steps = 0  # steps in a row that batched them
         self._projector = projector
         self._n_started = 0  # jobs started so far, and when each slot last started one (for media_affinity)
         self._started_at = [0] * model.n_seq_max
@@ -342,8 +343,10 @@ class StepLoop:
     def _next_group(self) -> Scales:
         """The adapters' scales whose slots this step batches: each set the busy slots hold, in turn."""
         groups = list(dict.fromkeys(s.lora for s in self._slots if s.job is not None))
-        self._group = next_group(groups, self._group) if groups else ()
-        return self._group
+        group = next_group(groups, self._group, self._group_steps) if groups else ()
+        self._group_steps = self._group_steps + 1 if group == self._group else 1
+        self._group = group
+        return group
 
     def _decode_media(self, projector: Projector, group: Scales) -> None:
         """Decode the picture or sound each prompting slot of this step's adapter scales (``group``) has reached,
