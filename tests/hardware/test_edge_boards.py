@@ -83,7 +83,7 @@ def test_an_edge_board_gets_the_file_and_the_plan_that_fit_it(
         group_model_files(sizes),
         None,
         sizes=sizes,
-        fits=lambda size: fits_in(hw, size, gpu_offload=hw.backend("llamacpp").gpu_offload),
+        fits=lambda size: fits_in(hw, size),
     )
     assert choice is not None
     assert choice.group.quant == quant

@@ -215,7 +215,7 @@ def test_the_kv_cache_types_asked_for_win_and_a_model_that_fits_keeps_f16() -> N
 )
 def test_fits_in_says_which_files_a_machine_can_hold(machine: str, size_gb: float, fits: bool) -> None:
     hw = HARDWARE[machine]
-    assert fits_in(hw, int(size_gb * GB), gpu_offload=hw.backend("llamacpp").gpu_offload) is fits
+    assert fits_in(hw, int(size_gb * GB)) is fits
 
 
 def test_a_named_engine_serves_a_hugging_face_folder_and_says_it_was_asked() -> None:

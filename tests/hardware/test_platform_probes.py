@@ -44,6 +44,8 @@ CPU_BUILD: dict[str, Any] = {
     "system_info": "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | OPENMP = 1 | REPACK = 1 |",
     "cpu_variant": "haswell",
 }
+# llama.cpp's Windows Vulkan release: the Vulkan backend lists no features, so only ggml's registries name it.
+VULKAN_BUILD: dict[str, Any] = {**CPU_BUILD, "registries": ["Vulkan", "RPC", "CPU"]}
 COREML = {
     "onnxruntime": "1.22.1",
     "providers": ["CoreMLExecutionProvider", "AzureExecutionProvider", "CPUExecutionProvider"],
@@ -117,6 +119,19 @@ MACHINES = {
         },
         nvidia_smi=RTX_4070_SMI,
     ),
+    "Windows desktop, Radeon RX 7600, Vulkan build": Machine(
+        "Windows", MemoryInfo(32 * GiB, 24 * GiB), {"llamacpp": VULKAN_BUILD, "onnx": directml(RX_7600)}
+    ),
+    "Windows laptop, GeForce RTX 4070, Vulkan build": Machine(
+        "Windows",
+        MemoryInfo(32 * GiB, 22 * GiB),
+        {
+            "llamacpp": VULKAN_BUILD,
+            "onnx": directml(RTX_4070),
+            "nvml": {"error": "NVML Shared Library Not Found"},
+        },
+        nvidia_smi=RTX_4070_SMI,
+    ),
 }
 
 
@@ -174,6 +189,12 @@ ROWS = [
      [("cuda", "NVIDIA GeForce RTX 4070", 11.99)], "cuda:0", 33, "all 33 layers on NVIDIA"),
     ("Windows laptop, GeForce RTX 4070, CUDA build", "Qwen2.5 1.5B ONNX int4",
      [("cuda", "NVIDIA GeForce RTX 4070", 11.99)], "cpu", 0, "ONNX Runtime on the CPU"),
+    # llama.cpp's Vulkan release drives the Radeon that DirectML found, and the GeForce that nvidia-smi found, as
+    # Vulkan0 (a CUDA build could reach neither the Radeon nor, named so, the GeForce through Vulkan).
+    ("Windows desktop, Radeon RX 7600, Vulkan build", "Llama 3.1 8B Q4_K_M",
+     [("directml", "AMD Radeon RX 7600", 7.98)], "vulkan:0", 23, "23 of 33 layers on AMD Radeon RX 7600"),
+    ("Windows laptop, GeForce RTX 4070, Vulkan build", "Llama 3.1 8B Q4_K_M",
+     [("cuda", "NVIDIA GeForce RTX 4070", 11.99)], "vulkan:0", 33, "all 33 layers on NVIDIA GeForce RTX 4070"),
 ]  # fmt: skip
 
 
@@ -198,3 +219,12 @@ def test_the_plan_from_what_macos_and_windows_probes_return(
     chosen = plan(hw, MODELS[model])
     assert (chosen.device, chosen.gpu_layers) == (device, gpu_layers), chosen.reasons
     assert any(why in reason for reason in chosen.reasons), chosen.reasons
+
+
+def test_a_vulkan_build_says_so_though_its_system_info_names_no_vulkan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hw = detect_on(MACHINES["Windows desktop, Radeon RX 7600, Vulkan build"], tmp_path, monkeypatch)
+    llama = hw.backend("llamacpp")
+    assert llama.gpu_offload and llama.gpu_backends == ("Vulkan",)
+    assert "with Vulkan" in llama.reason

@@ -20,6 +20,6 @@ def machine_fits(hardware: HardwareProfile | None = None) -> Callable[[int], boo
 
         if not found:
             found.append(detect())
-        return fits_in(found[0], size, gpu_offload=found[0].backend("llamacpp").gpu_offload)
+        return fits_in(found[0], size)
 
     return fits

@@ -83,9 +83,11 @@ def installed_version(*distributions: str) -> str | None:
     return None
 
 
-def llama_gpu_backends(system_info: str) -> list[str]:
-    """The GPU backends named in ``llama_print_system_info()``'s line, in its order."""
+def llama_gpu_backends(system_info: str, registries: Sequence[str] = ()) -> list[str]:
+    """The GPU backends named in ``llama_print_system_info()``'s line, in its order, then those among ggml's
+    backend ``registries`` that it leaves out (Vulkan names no features, so the line does not name it)."""
     names = [part.split(" : ", 1)[0].strip() for part in system_info.split("|") if " : " in part]
+    names += [name for name in registries if name not in names]
     return [name for name in names if name in _LLAMA_GPU_BACKENDS]
 
 
@@ -103,7 +105,7 @@ def llamacpp_availability(probe: Mapping[str, Any] | None, error: str | None) ->
         return BackendAvailability(
             "llamacpp", False, f"{label} is installed but does not load: {probe['error']}", version
         )
-    gpus = llama_gpu_backends(str(probe.get("system_info") or ""))
+    gpus = llama_gpu_backends(str(probe.get("system_info") or ""), [str(r) for r in probe.get("registries") or ()])
     rpc = bool(probe.get("rpc"))
     # llama.cpp says it can offload when it has the RPC backend alone: that is no GPU here
     offload = bool(probe.get("gpu_offload")) and (bool(gpus) or not rpc)
@@ -112,7 +114,9 @@ def llamacpp_availability(probe: Mapping[str, Any] | None, error: str | None) ->
         where += ", RPC workers (serve --rpc)"
     if probe.get("cpu_variant"):  # the packaged app: one of llama.cpp's CPU builds, the best this CPU runs
         where += f", CPU variant {probe['cpu_variant']}"
-    return BackendAvailability("llamacpp", True, f"{label}, {where}", str(probe.get("version") or version), offload)
+    return BackendAvailability(
+        "llamacpp", True, f"{label}, {where}", str(probe.get("version") or version), offload, tuple(gpus)
+    )
 
 
 def onnx_availability(probe: Mapping[str, Any] | None, error: str | None) -> BackendAvailability:

@@ -7,6 +7,7 @@ A library that raises is reported as ``{"error": "..."}``.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
@@ -58,8 +59,24 @@ def probe_llamacpp() -> dict[str, Any]:
         "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),  # true with the RPC backend alone
         "rpc": bool(llama_cpp.llama_supports_rpc()),
         "system_info": _text(info),
+        "registries": _backend_registries(),
         "cpu_variant": os.environ.get(CPU_VARIANT_LOADED_ENV),
     }
+
+
+def _backend_registries() -> list[str]:
+    """The names of ggml's backend registries in this llama.cpp (CPU, CUDA, Vulkan, MTL, RPC...): the system info
+    line names only those that list features, and Vulkan lists none. Read through libllama's handle, which reaches
+    libggml's functions; [] where it does not."""
+    lib: Any = getattr(importlib.import_module("llama_cpp.llama_cpp"), "_lib", None)
+    try:
+        count, get, name = lib.ggml_backend_reg_count, lib.ggml_backend_reg_get, lib.ggml_backend_reg_name
+    except AttributeError:
+        return []
+    count.restype = ctypes.c_size_t
+    get.argtypes, get.restype = [ctypes.c_size_t], ctypes.c_void_p
+    name.argtypes, name.restype = [ctypes.c_void_p], ctypes.c_char_p
+    return [(name(get(i)) or b"").decode() for i in range(count())]
 
 
 def probe_onnx() -> dict[str, Any]:

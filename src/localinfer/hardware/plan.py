@@ -16,13 +16,13 @@ Rules (issue 6):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from localinfer.defaults import CTX_CAP
 from localinfer.errors import LocalInferError
 from localinfer.hardware.installed import ENGINE_INSTALLS, ENGINE_NAMES, EngineInstall
 from localinfer.hardware.model_profile import ModelProfile
-from localinfer.hardware.profile import GiB, GPUInfo, HardwareProfile
+from localinfer.hardware.profile import BackendAvailability, GiB, GPUInfo, HardwareProfile
 from localinfer.hardware.rpc_devices import Placed, RemoteDevice, Target, split_layers
 from localinfer.types import DEFAULT_KV_CACHE_TYPE, kv_cache_scale
 
@@ -37,6 +37,9 @@ VLLM_MIN_CC = (8, 0)
 VLLM_MEMORY_SHARE = 0.9  # vLLM's default --gpu-memory-utilization
 VLLM_WEIGHTS_SHARE = 0.7  # of that, what weights may take so the KV cache keeps room for long contexts
 OFFLOAD_APIS = ("cuda", "rocm", "metal", "vulkan")
+# llama.cpp's names for the backends that reach a GPU of each API natively (installed.py lists what a build has)
+_NATIVE_BACKENDS = {"cuda": ("CUDA",), "rocm": ("ROCm", "HIP"), "metal": ("Metal", "MTL"), "vulkan": ("Vulkan",)}
+_VULKAN_REACHES = ("cuda", "rocm", "vulkan", "directml")  # GPUs a Vulkan driver drives (not Apple's: MoltenVK aside)
 SMALL_KV_CACHE_TYPE = "q8_0"  # what the cache is kept in when an f16 one does not fit
 ORT_PROVIDERS = (  # (provider, what it needs, how to say it)
     ("CUDAExecutionProvider", "nvidia", "the NVIDIA GPU through CUDA"),
@@ -105,7 +108,7 @@ def plan(hw: HardwareProfile, model: ModelProfile, overrides: Overrides = Overri
     if backend == "llamacpp":
         if model.format != "gguf":
             raise PlanError(f"llama.cpp runs GGUF files, not {model.format} models", hint="pull a GGUF of it")
-        return _plan_llamacpp(hw, model, overrides, available.gpu_offload)
+        return _plan_llamacpp(hw, model, overrides, available)
     if backend == "onnx":
         if model.format != "onnx":
             raise PlanError("ONNX Runtime runs ONNX models", hint="convert it: localinfer convert MODEL --to onnx")
@@ -170,10 +173,28 @@ def _gpu_budget(gpu: GPUInfo, hw: HardwareProfile) -> int:
     return max(0, free - margin - GPU_COMPUTE_RESERVE)
 
 
-def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Overrides, gpu_offload: bool) -> Plan:
+def offload_gpus(hw: HardwareProfile, llama: BackendAvailability) -> list[GPUInfo]:
+    """The GPUs this build of llama.cpp (``llama``) can put layers on, each with the API it reaches them by: a GPU
+    of its own backend's kind (CUDA for NVIDIA, ROCm/HIP, Metal), else any GPU through Vulkan where it has Vulkan
+    (llama.cpp's Vulkan release on Windows drives a GeForce or a Radeon that nvidia-smi or DirectML found)."""
+    if not llama.gpu_offload:
+        return []
+    if not llama.gpu_backends:  # not known (a probe that did not say): the GPUs of the APIs llama.cpp offloads to
+        return [g for g in hw.gpus if g.api in OFFLOAD_APIS]
+    found = []
+    for gpu in hw.gpus:
+        if any(name in llama.gpu_backends for name in _NATIVE_BACKENDS.get(gpu.api, ())):
+            found.append(gpu)
+        elif "Vulkan" in llama.gpu_backends and gpu.api in _VULKAN_REACHES:
+            found.append(replace(gpu, api="vulkan"))
+    return found
+
+
+def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Overrides, llama: BackendAvailability) -> Plan:
     reasons = [f"llama.cpp: {model.name} is a GGUF file"]
     ctx, why_ctx = _context(model, overrides)
-    gpus = [g for g in hw.gpus if g.api in OFFLOAD_APIS] if gpu_offload else []
+    gpu_offload = llama.gpu_offload
+    gpus = offload_gpus(hw, llama)
     unified = any(g.unified_memory for g in gpus)
     gpu_room = sum(_gpu_budget(g, hw) for g in gpus)
     ram = _ram_budget(hw)
@@ -233,7 +254,8 @@ def _plan_llamacpp(hw: HardwareProfile, model: ModelProfile, overrides: Override
     elif not gpu_offload:
         reasons.append("llama-cpp-python was built without GPU support: every layer runs on the CPU")
     elif not gpus:
-        reasons.append("this build of llama.cpp cannot reach the GPU found (no CUDA, ROCm, Metal or Vulkan)")
+        built = f" (built with {', '.join(llama.gpu_backends)})" if llama.gpu_backends else ""
+        reasons.append(f"this build of llama.cpp{built} cannot reach the GPU found")
     else:
         gpu_layers = min(layers_total, gpu_room // max(per_layer, 1))
         device = _devices(gpus) if gpu_layers else "cpu"
@@ -416,11 +438,11 @@ def _plan_engine(
     )
 
 
-def fits_in(hw: HardwareProfile, size_bytes: int, *, gpu_offload: bool) -> bool:
+def fits_in(hw: HardwareProfile, size_bytes: int) -> bool:
     """Whether a model file of ``size_bytes`` (plus a fifth for its cache and buffers) fits this machine's GPUs
     when llama.cpp can use them, else its RAM: the test ``pull`` uses to pick a quantization."""
     need = int(size_bytes * 1.2) + CPU_COMPUTE_RESERVE
-    gpus = [g for g in hw.gpus if g.api in OFFLOAD_APIS] if gpu_offload else []
+    gpus = offload_gpus(hw, hw.backend("llamacpp"))
     if gpus:
         return need <= sum(_gpu_budget(g, hw) for g in gpus)
     return need <= _ram_budget(hw)

@@ -51,6 +51,7 @@ class BackendAvailability:
     reason: str  # why (not): "llama-cpp-python 0.3.36 with CUDA", "vllm is not installed", ...
     version: str | None = None
     gpu_offload: bool = False  # llama.cpp built with a GPU backend (CUDA, Metal, ROCm, Vulkan)
+    gpu_backends: tuple[str, ...] = ()  # which, as llama.cpp names them ("CUDA", "Vulkan"); () when not known
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,10 @@ class HardwareProfile:
             cpu=CPUInfo(**{**data["cpu"], "features": tuple(data["cpu"].get("features", ()))}),
             memory=MemoryInfo(**data["memory"]),
             gpus=tuple(gpu(g) for g in data.get("gpus", ())),
-            backends=tuple(BackendAvailability(**b) for b in data.get("backends", ())),
+            backends=tuple(
+                BackendAvailability(**{**b, "gpu_backends": tuple(b.get("gpu_backends", ()))})
+                for b in data.get("backends", ())
+            ),
             onnx_providers=tuple(data.get("onnx_providers", ())),
             notes=tuple(data.get("notes", ())),
         )
