@@ -49,6 +49,7 @@ class Run:
     allowed: set[str] = field(default_factory=set)
     steps: int = 4
     output_max: int = 16_000
+    timeout: float = 60
     events: list[LoopEvent] = field(default_factory=list)
     asked: list[str] = field(default_factory=list)
 
@@ -56,7 +57,7 @@ class Run:
         self.client = ScriptedClient(list(self.replies))
         self.loop = ToolLoop(
             self.client, self.hub, ToolPolicy(set(self.allowed)), self.approve, self.record,
-            steps=self.steps, output_max=self.output_max, timeout=60,
+            steps=self.steps, output_max=self.output_max, timeout=self.timeout,
         )  # fmt: skip
 
     async def approve(self, tool: ToolInfo, tool_call: ToolCall) -> Decision:
@@ -153,6 +154,14 @@ async def test_a_hanging_tool_stopped_by_the_user_ends_stopped_and_the_loop_goes
     added = await task
     assert [r.status for r in run.records] == ["stopped", "ok"]  # the same server still answers
     assert added[1].content == "The user stopped this call."
+
+
+async def test_a_call_past_its_timeout_fails_and_the_server_answers_the_next(hub: McpHub) -> None:
+    run = Run(hub, [[call("hang")], [call("add", "c2", a=1, b=1)], "done"], allowed={"s/hang", "s/add"}, timeout=0.5)
+    added = await run.run()
+    assert [r.status for r in run.records] == ["failed", "ok"]  # the same server still answers
+    assert "hang on 's' got no result" in added[1].content
+    assert added[-1].content.strip() == "done"
 
 
 async def test_a_5_mb_output_is_capped_before_it_reaches_the_model(hub: McpHub) -> None:
