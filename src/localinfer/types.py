@@ -218,6 +218,10 @@ class ChatRequest:
     thinking: Thinking = field(default_factory=Thinking)
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # more variables for the chat template
     ending: PromptEnd = "reply"  # how the prompt ends (see PromptEnd)
+    # The sampling fields (SamplingParams' names) the caller set on purpose. A client of a server (HttpClient)
+    # sends these, and the others only where they differ from SamplingParams' defaults, so that a field left at
+    # its default is filled by the model's own parameters (a Modelfile's PARAMETER) or the server's defaults.
+    explicit: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

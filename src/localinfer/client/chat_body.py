@@ -1,5 +1,6 @@
-"""The ``/v1/chat/completions`` body ``HttpClient`` sends for a ``ChatRequest``: every option as our server reads
-it, a message's images as parts, what it asks of a reasoning model's thinking, and its tools."""
+"""The ``/v1/chat/completions`` body ``HttpClient`` sends for a ``ChatRequest``: its options as our server reads
+them (a sampling field at its default only where the caller set it: ``ChatRequest.explicit``), a message's images
+as parts, what it asks of a reasoning model's thinking, and its tools."""
 
 from __future__ import annotations
 
@@ -7,7 +8,19 @@ import base64
 from typing import Any
 
 from localinfer.client.remote_tools import message_tool_fields, tool_fields
-from localinfer.types import MEDIA_MARKER, ChatMessage, ChatRequest
+from localinfer.types import MEDIA_MARKER, ChatMessage, ChatRequest, SamplingParams
+
+SENT_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "presence_penalty",
+    "frequency_penalty",
+)
+_DEFAULT_SAMPLING = SamplingParams()
 
 
 def chat_body(request: ChatRequest) -> dict[str, Any]:
@@ -19,17 +32,13 @@ def chat_body(request: ChatRequest) -> dict[str, Any]:
         "messages": [_message(m) for m in request.messages],
         "stream": True,
         "stream_options": {"include_usage": True},
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "top_k": sampling.top_k,
-        "min_p": sampling.min_p,
-        "repeat_penalty": sampling.repeat_penalty,
-        "repeat_last_n": sampling.repeat_last_n,
-        "presence_penalty": sampling.presence_penalty,
-        "frequency_penalty": sampling.frequency_penalty,
         "ignore_eos": options.ignore_eos,
         "cache_prompt": options.cache_prompt,
     }
+    for name in SENT_SAMPLING:  # left out at their defaults: the model's parameters or the server's fill them
+        value = getattr(sampling, name)
+        if name in request.explicit or value != getattr(_DEFAULT_SAMPLING, name):
+            body[name] = value
     if sampling.seed is not None:
         body["seed"] = sampling.seed
     if options.max_tokens is not None:

@@ -108,7 +108,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         options = dataclasses.replace(
             options, sampling=dataclasses.replace(options.sampling, temperature=args.temperature)
         )
-    request = ChatRequest(args.model, (ChatMessage("user", prompt),), options, tool_choice=args.tool_choice or "auto")
+    explicit = frozenset({"temperature"} if args.temperature is not None else ())
+    request = ChatRequest(
+        args.model,
+        (ChatMessage("user", prompt),),
+        options,
+        tool_choice=args.tool_choice or "auto",
+        explicit=explicit,
+    )
     if args.mcp:
         from localinfer.app.commands.run_tools import check_servers
 
