@@ -23,6 +23,20 @@ SENT_SAMPLING = (
 _DEFAULT_SAMPLING = SamplingParams()
 
 
+def chosen_fields(request: ChatRequest) -> frozenset[str]:
+    """The options ``request``'s caller chose, by Ollama's parameter names: the sampling fields it set on purpose
+    (``ChatRequest.explicit``) or to other than their defaults, a seed, a token limit, stop strings. The rest is left
+    to the model's own parameters (a Modelfile's) and the server's defaults."""
+    sampling, options = request.options.sampling, request.options
+    chosen = {
+        n for n in SENT_SAMPLING if n in request.explicit or getattr(sampling, n) != getattr(_DEFAULT_SAMPLING, n)
+    }
+    chosen |= {"seed"} if sampling.seed is not None else set()
+    chosen |= {"num_predict"} if options.max_tokens is not None else set()
+    chosen |= {"stop"} if options.stop else set()
+    return frozenset(chosen)
+
+
 def chat_body(request: ChatRequest) -> dict[str, Any]:
     """The streamed ``/v1/chat/completions`` body for ``request``, every option as our server reads it."""
     options = request.options
@@ -35,10 +49,10 @@ def chat_body(request: ChatRequest) -> dict[str, Any]:
         "ignore_eos": options.ignore_eos,
         "cache_prompt": options.cache_prompt,
     }
-    for name in SENT_SAMPLING:  # left out at their defaults: the model's parameters or the server's fill them
-        value = getattr(sampling, name)
-        if name in request.explicit or value != getattr(_DEFAULT_SAMPLING, name):
-            body[name] = value
+    chosen = chosen_fields(request)
+    for name in SENT_SAMPLING:  # the others are left out: the model's parameters or the server's defaults fill them
+        if name in chosen:
+            body[name] = getattr(sampling, name)
     if sampling.seed is not None:
         body["seed"] = sampling.seed
     if options.max_tokens is not None:

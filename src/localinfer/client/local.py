@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
 from collections.abc import AsyncGenerator, Callable
@@ -10,11 +11,13 @@ from collections.abc import AsyncGenerator, Callable
 import psutil
 
 from localinfer.client.base import ClientStatus, LoadedModelStatus
+from localinfer.client.chat_body import chosen_fields
 from localinfer.config import Settings
 from localinfer.engine.device_memory import RAM
 from localinfer.engine.engine import Engine
 from localinfer.errors import ServerShuttingDown
 from localinfer.models.create import CreateSpec, copy, create
+from localinfer.models.defaults import with_parameters
 from localinfer.models.hub import HubClient
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import pull
@@ -56,7 +59,11 @@ class LocalClient:
         return "in-process"
 
     def chat(self, request: ChatRequest) -> AsyncGenerator[TokenChunk, None]:
-        return self._engine.chat(request)
+        """``request`` answered, the model's own parameters (its Modelfile's) filling what its caller did not choose
+        (chat_body.chosen_fields), as the server's dialects and HttpClient's server fill them."""
+        defaults = self._engine.model_defaults(request.model)
+        options = with_parameters(request.options, defaults, chosen_fields(request))
+        return self._engine.chat(dataclasses.replace(request, options=options))
 
     async def models(self) -> list[ModelInfo]:
         return self._engine.models()

@@ -141,14 +141,9 @@ async def _run(args: argparse.Namespace, settings: Settings, request: ChatReques
             return
     finally:
         await remote.close()
-    from localinfer.models.defaults import with_parameters
-
     client, manifest = _in_process(settings, request.model)
-    given = {"temperature"} if args.temperature is not None else set()
-    given |= {"num_predict"} if args.max_tokens is not None else set()
-    options = with_parameters(request.options, manifest.defaults, given)  # a Modelfile's, under the flags
-    try:
-        await answer(client, dataclasses.replace(request, model=manifest.name, options=options))
+    try:  # the model's own parameters fill what the flags leave (LocalClient.chat), as a server's would
+        await answer(client, dataclasses.replace(request, model=manifest.name))
     finally:
         await client.close()
 
