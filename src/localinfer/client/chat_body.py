@@ -38,7 +38,8 @@ def chosen_fields(request: ChatRequest) -> frozenset[str]:
 
 
 def chat_body(request: ChatRequest) -> dict[str, Any]:
-    """The streamed ``/v1/chat/completions`` body for ``request``, every option as our server reads it."""
+    """The streamed ``/v1/chat/completions`` body for ``request``: the options its caller chose (``chosen_fields``)
+    as our server reads them, the rest left to the model and the server."""
     options = request.options
     sampling = options.sampling
     body: dict[str, Any] = {
