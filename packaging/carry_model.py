@@ -7,7 +7,6 @@ Usage: .venv/bin/python packaging/carry_model.py MODEL FOLDER. MODEL is found in
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,14 +17,7 @@ from localinfer.config import Settings
 from localinfer.models.carried import LISTING
 from localinfer.models.library import ModelLibrary
 from localinfer.models.pull import ensure_model
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+from localinfer.models.store import file_sha256
 
 
 def main(model: str, folder: Path) -> int:
@@ -44,7 +36,7 @@ def main(model: str, folder: Path) -> int:
     entry = {
         "name": manifest.name,
         "file": target.name,
-        "sha256": manifest.files[0].sha256 or sha256_of(target),
+        "sha256": manifest.files[0].sha256 or file_sha256(target),
         "size": target.stat().st_size,
         "quantization": manifest.quantization,
         "source": manifest.source,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -15,7 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from localinfer.models.store import Manifest, ModelStore
+from localinfer.models.store import Manifest, ModelStore, file_sha256
 from tests.app.server.conftest import serving
 from tests.capital_answer import CAPITAL_GRAMMAR
 from tests.hub_standin import HubStandIn
@@ -53,14 +52,6 @@ def blob_dir(tmp_path: Path, repo: str) -> Path:
     return tmp_path / "hf" / "hub" / ("models--" + repo.replace("/", "--")) / "blobs"
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def interrupt_pull(hub: HubStandIn, env: dict[str, str], partial: Path, *, at_bytes: int, sig: int) -> str:
     """Run ``localinfer pull`` of Gemma with the Hub holding the transfer open 1 MiB past ``at_bytes``; send ``sig``
     once ``partial`` holds ``at_bytes``, while the pull is certainly still downloading. Returns its stderr."""
@@ -96,7 +87,7 @@ def test_a_pull_killed_half_way_resumes_from_the_bytes_on_disk(
     assert ranges == [f"bytes={kept}-"]
     assert hub.bytes_served(GEMMA_REPO, GEMMA_FILE) - served_before == gemma3.size - kept
     manifest = ModelStore(tmp_path / "home" / "models").get(GEMMA_REPO)
-    assert manifest is not None and sha256(manifest.path) == gemma3.files[0].sha256
+    assert manifest is not None and file_sha256(manifest.path) == gemma3.files[0].sha256
     assert not partial.exists()
 
 
