@@ -45,7 +45,8 @@
 #   run(carry=[".gpu/g1"], command="OUT=$OUT MODELS=... bash bench/gpu_check.sh compare-again")  (same warm machine)
 # MODELS (default 3b-Q4_K_M,3b-F16,8b-Q4_K_M), FA (default on,off), ROUNDS (default 4), CUDA_FA (the kernels,
 # default ON), BUILD_TIMEOUT (default 440 s) and COMPARE_TIMEOUT (default 480 s) size it to the time at hand;
-# GPU_CHECK_DEADLINE (epoch seconds) ends the comparison in time for the call to bring back what it measured.
+# GPU_CHECK_DEADLINE (epoch seconds) ends the comparison in time for the call to bring back what it measured;
+# LOCALINFER_ARGS (default "--spec off") are localinfer serve's flags there, COMPARE_ARGS more gpu_compare.py flags.
 #
 # Environment: OUT, CMAKE_ARGS (default "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"), JOBS (default: all CPUs),
 # ROUNDS (default 5), TOKENS (default 256), CPU_ONLY=1 (check without a GPU), SERVE_ARGS (more `serve` flags for
@@ -244,7 +245,8 @@ compare() {
   local models=${MODELS:-3b-Q4_K_M,3b-F16,8b-Q4_K_M}
   timeout "$(seconds_left "${COMPARE_TIMEOUT:-480}")" $python bench/gpu_compare.py --models "$models" --fa "${FA:-on,off}" \
     --rounds "${ROUNDS:-4}" --tokenizer "$keep/g1/tokenizer.gguf" --llama-cpp-bin "$keep/build/bin" \
-    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json" ${COMPARE_ARGS:-}
+    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json" --localinfer-args "${LOCALINFER_ARGS:---spec off}" \
+    ${COMPARE_ARGS:-}
   local rc=$?
   step "nvidia-smi after"
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
@@ -258,7 +260,8 @@ compare_again() {
   step "bench/gpu_compare.py (the build already here)"
   timeout "$(seconds_left "${COMPARE_TIMEOUT:-480}")" $python bench/gpu_compare.py --models "${MODELS:-3b-Q4_K_M}" --fa "${FA:-on}" \
     --rounds "${ROUNDS:-4}" --tokenizer "$keep/g1/tokenizer.gguf" --llama-cpp-bin "$keep/build/bin" \
-    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json" ${COMPARE_ARGS:-}
+    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json" --localinfer-args "${LOCALINFER_ARGS:---spec off}" \
+    ${COMPARE_ARGS:-}
   local rc=$?
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
   return $rc
