@@ -17,8 +17,9 @@ server; the reply is greedy and exactly `--tokens` tokens (ignore_eos). Decode t
 the time from the first to the last streamed token; prompt tok/s = prompt tokens over the time to the first token.
 Reported: the median and min-max over rounds of each figure, of the ratio localinfer / llama-server taken round by
 round, and of the milliseconds a link adds to each decoded token against the same engine on plain loopback in the
-same round; and in how many rounds the two engines wrote the same greedy text. localinfer runs with `--spec off`
-(llama-server does not speculate by default).
+same round; and in how many rounds the two engines wrote the same greedy text. localinfer computes as llama-server
+does: `--spec off` (llama-server does not speculate by default) and `--no-last-token-alone` (a cold prompt's last
+token in the prompt's batch, not alone: docs/serving.md, greedy text cold and cached).
 
 One thread per server and per worker by default: on a machine of two cores shared with other work, two threads each
 (four spinning at once when a worker and its server both compute) made llama.cpp's thread barriers stall for tens of
@@ -240,6 +241,7 @@ def server_command(
     if engine == "localinfer":
         cmd = [sys.executable, "-m", "localinfer.app.cli", "serve", model, "--host", HOST, "--port", str(port)]
         cmd += ["--threads", str(args.threads), "--ctx-size", str(args.ctx), "--parallel", "1", "--spec", "off"]
+        cmd += ["--no-last-token-alone"]
         cmd += common_rpc
     else:
         cmd = [str(args.bin_dir / "llama-server"), "-m", str(path), "--host", HOST, "--port", str(port)]
