@@ -46,7 +46,7 @@
 # MODELS (default 3b-Q4_K_M,3b-F16,8b-Q4_K_M), FA (default on,off), ROUNDS (default 4), CUDA_FA (the kernels,
 # default ON), BUILD_TIMEOUT (default 440 s) and COMPARE_TIMEOUT (default 480 s) size it to the time at hand;
 # GPU_CHECK_DEADLINE (epoch seconds) ends the comparison in time for the call to bring back what it measured;
-# LOCALINFER_ARGS (default "--spec off") are localinfer serve's flags there, COMPARE_ARGS more gpu_compare.py flags.
+# LOCALINFER_ARGS (default "--spec off --no-last-token-alone") are localinfer serve's flags there, COMPARE_ARGS more gpu_compare.py flags.
 #
 # Environment: OUT, CMAKE_ARGS (default "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"), JOBS (default: all CPUs),
 # ROUNDS (default 5), TOKENS (default 256), CPU_ONLY=1 (check without a GPU), SERVE_ARGS (more `serve` flags for
@@ -245,7 +245,7 @@ compare() {
   local models=${MODELS:-3b-Q4_K_M,3b-F16,8b-Q4_K_M}
   timeout "$(seconds_left "${COMPARE_TIMEOUT:-480}")" $python bench/gpu_compare.py --models "$models" --fa "${FA:-on,off}" \
     --rounds "${ROUNDS:-4}" --tokenizer "$keep/g1/tokenizer.gguf" --llama-cpp-bin "$keep/build/bin" \
-    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json" --localinfer-args "${LOCALINFER_ARGS:---spec off}" \
+    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json" --localinfer-args "${LOCALINFER_ARGS:---spec off --no-last-token-alone}" \
     ${COMPARE_ARGS:-}
   local rc=$?
   step "nvidia-smi after"
@@ -260,7 +260,7 @@ compare_again() {
   step "bench/gpu_compare.py (the build already here)"
   timeout "$(seconds_left "${COMPARE_TIMEOUT:-480}")" $python bench/gpu_compare.py --models "${MODELS:-3b-Q4_K_M}" --fa "${FA:-on}" \
     --rounds "${ROUNDS:-4}" --tokenizer "$keep/g1/tokenizer.gguf" --llama-cpp-bin "$keep/build/bin" \
-    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json" --localinfer-args "${LOCALINFER_ARGS:---spec off}" \
+    --work /tmp/gpu-compare --out "$OUT/gpu-compare.json" --localinfer-args "${LOCALINFER_ARGS:---spec off --no-last-token-alone}" \
     ${COMPARE_ARGS:-}
   local rc=$?
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv

@@ -17,8 +17,9 @@ median, its spread (lowest and highest round) and localinfer's median over llama
 - memory: the GPU memory of each server's process (nvidia-smi), or its RSS with ``--cpu-only``, once loaded.
 
 The servers of the streams and ttft phases have 65 slots of 512 tokens; those of the prefill phase one slot long
-enough for the longest prompt. localinfer runs with its defaults and ``--localinfer-args`` (default ``--spec off``:
-a random model's greedy text repeats, which prompt lookup would turn into drafts no real model gives).
+enough for the longest prompt. localinfer runs with its defaults and ``--localinfer-args`` (default ``--spec off
+--no-last-token-alone``: a random model's greedy text repeats, which prompt lookup would turn into drafts no real model
+gives, and a cold prompt's last token is computed in the prompt's batch, as llama-server computes it).
 
 Usage: python bench/gpu_compare.py [--cpu-only] [--models 1b-F16,3b-Q4_K_M] [--fa on,off] [--rounds 4]
            [--tokenizer TOKENIZER.gguf] [--llama-cpp-bin DIR] [--work DIR] [--out FILE.json]
@@ -297,7 +298,7 @@ def main() -> int:
     p.add_argument("--probes", type=int, default=8, help="TTFT requests per round while 16 streams decode")
     p.add_argument("--tokenizer", type=Path, help="a GGUF with SmolLM2's tokenizer (default: the tests' SmolLM2)")
     p.add_argument("--llama-cpp-bin", type=Path, help="llama-server and llama-quantize (default: build-llama-cpp)")
-    p.add_argument("--localinfer-args", default="--spec off")
+    p.add_argument("--localinfer-args", default="--spec off --no-last-token-alone")
     p.add_argument("--work", type=Path, default=Path("/tmp/gpu-compare"))
     p.add_argument("--out", type=Path, help="results JSON (default WORK/results.json) and a .md beside it")
     args = p.parse_args()
