@@ -15,6 +15,7 @@ from localinfer.app.server.core.streams import Collected, primed
 from localinfer.app.server.disconnect import unless_disconnected
 from localinfer.app.server.limits import FastJSONRoute
 from localinfer.app.server.openai.completions_reply import (
+    ChoiceShape,
     StreamHeader,
     chat_logprobs,
     completion_logprobs,
@@ -130,17 +131,7 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
     header = StreamHeader.new("chat.completion.chunk", body.model, "chatcmpl")
     verbose = await verbose_bodies(engine, [core], body.n, stream=body.stream) if _verbose(request, body) else None
     if body.stream:
-        shape = _ChatShape(body.logprobs)
-        events = sse_stream(
-            streams,
-            header,
-            shape,
-            body.include_usage,
-            body.n,
-            timings_per_token=body.timings_per_token,
-            verbose=verbose,
-        )
-        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        return _streamed(streams, header, _ChatShape(body.logprobs), body, verbose)
     results = await unless_disconnected(request, collect_all(streams))
     choices = [_chat_choice(index, result, body.logprobs) for index, result in enumerate(results)]
     usage = choices_usage([r.last.usage for r in results], body.n)
@@ -150,6 +141,30 @@ async def chat_completions(body: ChatCompletionBody, request: Request) -> JSONRe
         "object": "chat.completion",
     }
     return JSONResponse(_with_verbose(answer, verbose, results))
+
+
+def _streamed(
+    streams: list[TokenStream],
+    header: StreamHeader,
+    shape: ChoiceShape,
+    body: ChatCompletionBody | CompletionBody,
+    verbose: VerboseBodies | None,
+    *,
+    verbose_pieces: bool = False,
+) -> StreamingResponse:
+    """The choices' streams as OpenAI's server-sent events (``verbose_pieces``: text completions' pieces carry
+    ``__verbose`` too, as llama-server sends them)."""
+    events = sse_stream(
+        streams,
+        header,
+        shape,
+        body.include_usage,
+        body.n,
+        timings_per_token=body.timings_per_token,
+        verbose=verbose,
+        verbose_pieces=verbose_pieces,
+    )
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 def _verbose(request: Request, body: ChatCompletionBody | CompletionBody) -> bool:
@@ -224,17 +239,7 @@ async def completions(body: CompletionBody, request: Request) -> JSONResponse | 
     verbose = await verbose_bodies(engine, cores, body.n, stream=body.stream) if _verbose(request, body) else None
     if body.stream:
         shape = _CompletionShape(prompts, body.echo, body.logprobs is not None)
-        events = sse_stream(
-            streams,
-            header,
-            shape,
-            body.include_usage,
-            body.n,
-            timings_per_token=body.timings_per_token,
-            verbose=verbose,
-            verbose_pieces=True,
-        )
-        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        return _streamed(streams, header, shape, body, verbose, verbose_pieces=True)
     results = await unless_disconnected(request, collect_all(streams))
     choices: list[dict[str, Any]] = []
     for index, result in enumerate(results):
