@@ -47,6 +47,8 @@
 # default ON), BUILD_TIMEOUT (default 440 s) and COMPARE_TIMEOUT (default 480 s) size it to the time at hand;
 # GPU_CHECK_DEADLINE (epoch seconds) ends the comparison in time for the call to bring back what it measured;
 # LOCALINFER_ARGS (default "--spec off --no-last-token-alone") are localinfer serve's flags there, COMPARE_ARGS more gpu_compare.py flags.
+# Before the servers, bench/prefill_probe.py times the prefill of each model of PROBE (default 1b-F16; "" skips it,
+# space-separated names) through llama.cpp's C API, in llama-server's context and localinfer's (PROBE_TIMEOUT, 150 s).
 #
 # Environment: OUT, CMAKE_ARGS (default "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"), JOBS (default: all CPUs),
 # ROUNDS (default 5), TOKENS (default 256), CPU_ONLY=1 (check without a GPU), SERVE_ARGS (more `serve` flags for
@@ -241,6 +243,7 @@ prepare_compare() {
 
 compare() {
   build_shared g1 "${CUDA_FA:-ON}" llama llama-server llama-quantize || exit 1
+  probe
   step "bench/gpu_compare.py"
   local models=${MODELS:-3b-Q4_K_M,3b-F16,8b-Q4_K_M}
   timeout "$(seconds_left "${COMPARE_TIMEOUT:-480}")" $python bench/gpu_compare.py --models "$models" --fa "${FA:-on,off}" \
@@ -253,10 +256,23 @@ compare() {
   return $rc
 }
 
+# bench/prefill_probe.py on each model of PROBE (default 1b-F16, the one whose prefill was 0.72x; "" skips it):
+# llama-server's context and localinfer's, and one change at a time between them, without the servers.
+probe() {
+  local name fa=${FA:-on}
+  for name in ${PROBE-1b-F16}; do
+    step "bench/prefill_probe.py $name"
+    timeout "$(seconds_left "${PROBE_TIMEOUT:-150}")" $python bench/prefill_probe.py "$name" --fa "${fa%%,*}" \
+      --tokenizer "$keep/g1/tokenizer.gguf" --llama-cpp-bin "$keep/build/bin" --work /tmp/gpu-compare \
+      --out "$OUT/prefill-probe-$name.json" 2>&1 | grep -v '^llama_\|^load\|^print_info\|^{'
+  done
+}
+
 # Again on the same warm machine, without building: the build and site that compare left under $keep.
 compare_again() {
   [ -x "$keep/build/bin/llama-server" ] && [ -d "$keep/site" ] || fail "no build under $keep: run compare first"
   env_site
+  probe
   step "bench/gpu_compare.py (the build already here)"
   timeout "$(seconds_left "${COMPARE_TIMEOUT:-480}")" $python bench/gpu_compare.py --models "${MODELS:-3b-Q4_K_M}" --fa "${FA:-on}" \
     --rounds "${ROUNDS:-4}" --tokenizer "$keep/g1/tokenizer.gguf" --llama-cpp-bin "$keep/build/bin" \
