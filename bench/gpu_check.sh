@@ -48,7 +48,8 @@
 # GPU_CHECK_DEADLINE (epoch seconds) ends the comparison in time for the call to bring back what it measured;
 # LOCALINFER_ARGS (default "--spec off --no-last-token-alone") are localinfer serve's flags there, COMPARE_ARGS more gpu_compare.py flags.
 # Before the servers, bench/prefill_probe.py times the prefill of each model of PROBE (default 1b-F16; "" skips it,
-# space-separated names) through llama.cpp's C API, in llama-server's context and localinfer's (PROBE_TIMEOUT, 150 s).
+# space-separated names) through llama.cpp's C API, in llama-server's context and localinfer's, and bench/step_gap.py
+# the host's time between two steps of one stream (PROBE_TIMEOUT, 150 s each).
 #
 # Environment: OUT, CMAKE_ARGS (default "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"), JOBS (default: all CPUs),
 # ROUNDS (default 5), TOKENS (default 256), CPU_ONLY=1 (check without a GPU), SERVE_ARGS (more `serve` flags for
@@ -257,7 +258,9 @@ compare() {
 }
 
 # bench/prefill_probe.py on each model of PROBE (default 1b-F16, the one whose prefill was 0.72x; "" skips it):
-# llama-server's context and localinfer's, and one change at a time between them, without the servers.
+# llama-server's context and localinfer's, and one change at a time between them, without the servers; then
+# bench/step_gap.py: the host's time between two steps of one stream, tokens handed over before or after the next
+# step is queued (the 1B's one stream was 0.95x).
 probe() {
   local name fa=${FA:-on}
   for name in ${PROBE-1b-F16}; do
@@ -265,6 +268,9 @@ probe() {
     timeout "$(seconds_left "${PROBE_TIMEOUT:-150}")" $python bench/prefill_probe.py "$name" --fa "${fa%%,*}" \
       --tokenizer "$keep/g1/tokenizer.gguf" --llama-cpp-bin "$keep/build/bin" --work /tmp/gpu-compare \
       --out "$OUT/prefill-probe-$name.json" 2>&1 | grep -v '^llama_\|^load\|^print_info\|^{'
+    step "bench/step_gap.py $name"
+    timeout "$(seconds_left "${PROBE_TIMEOUT:-150}")" $python bench/step_gap.py --model "/tmp/gpu-compare/$name.gguf" \
+      --ways cpu,gpu --serve-args "--gpu-layers 99 --flash-attn $fa" --out "$OUT/step-gap-$name.json" 2>&1 | grep -v '^{'
   done
 }
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import llama_cpp.llama_cpp as lc
+import numpy as np
 import pytest
 
 from localinfer.backends.base import LoadSpec
@@ -95,7 +96,9 @@ def test_greedy_token_with_logit_biases_is_the_biased_greedy_chains_at_every_pos
         chain = build_sampler(decoded.n_vocab, params)
         try:
             assert is_greedy_alone(chain)
+            raw = logits.copy()
             picked = greedy_token(decoded.ctx, index, decoded.n_vocab, token_bias(params))
+            assert np.array_equal(logits, raw)  # biased in place, then put back: log-probabilities read the raw ones
             assert picked == int(lc.llama_sampler_sample(chain, decoded.ctx, index))
             assert picked != first
         finally:

@@ -84,16 +84,19 @@ class LlamaCppBackend(Backend):
         draft_source: PromptDraftFactory | None = None,
         drafting_slots: int | None = None,
         step_costs: StepCosts | None = None,
+        queued_decode: bool | None = None,
     ) -> None:
         """``draft_source`` makes each request's speculative drafts without a draft model (None: prompt lookup
         over the request's text and, unless the request is greedy or seeded, the model's recent outputs; tests give
         others); drafts are fed while at most
         ``drafting_slots`` slots generate (None: as the device suits, ``drafting``), cut to the length
         ``step_costs`` says pays (None: a table measured as the loop runs, and a rule for greedy and seeded requests,
-        whose drafts must not depend on timings; tests give fixed ones, for both)."""
+        whose drafts must not depend on timings; tests give fixed ones, for both). ``queued_decode``: the step
+        loop's way for a GPU, or not (None: as the model is placed; tests on a CPU take the GPU's way: StepLoop)."""
         self._draft_source = draft_source
         self._drafting_slots = drafting_slots
         self._step_costs = step_costs
+        self._queued_decode = queued_decode
         self._model: LlamaModel | None = None
         self._draft_model: DraftModel | None = None
         self._adapters: LoraAdapters | None = None  # the model's LoRA adapters, when it was loaded with some
@@ -153,6 +156,7 @@ class LlamaCppBackend(Backend):
             costs=self._step_costs,
             adapters=self._adapters,
             projector=self._projector,
+            queued_decode=self._queued_decode,
         )
         self._loop.start()
 

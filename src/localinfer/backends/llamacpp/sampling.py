@@ -142,9 +142,14 @@ def greedy_token(ctx: lc.llama_context_p, batch_index: int, n_vocab: int, bias: 
     logits = logits_at(ctx, batch_index, n_vocab)
     if bias is None:
         return int(logits.argmax())
-    biased = logits.copy()  # the raw logits stay as they are, for log-probabilities
-    np.add.at(biased, bias.ids, bias.amounts)
-    return int(biased.argmax())
+    # Biased in place and put back after, so the raw logits stay as they are (for log-probabilities): a copy of the
+    # whole vocabulary's logits each token cost more than the argmax, and numpy lets go of the GIL while it copies.
+    raw = logits[bias.ids]
+    np.add.at(logits, bias.ids, bias.amounts)
+    try:
+        return int(logits.argmax())
+    finally:
+        logits[bias.ids] = raw
 
 
 def logits_at(ctx: lc.llama_context_p, batch_index: int, n_vocab: int) -> npt.NDArray[np.float32]:

@@ -92,11 +92,15 @@ class StepLoop:
         costs: StepCosts | None = None,
         adapters: LoraAdapters | None = None,
         projector: Projector | None = None,
+        queued_decode: bool | None = None,
     ) -> None:
         """``costs``: what steps cost by width, for the lengths of drafts that weigh them (None: a table measured as
         the loop runs; no table, and no step timed, when no draft weighs them). ``adapters``: the model's LoRA
         adapters, which a step applies at the scales of the slots it batches (lora.py). ``projector``: what decodes
-        the pictures and sounds of prompts (media.py)."""
+        the pictures and sounds of prompts (media.py). ``queued_decode``: whether llama_decode returns once the step
+        is queued, before it is computed, as on a GPU (None: whether the model has layers on one); the loop then
+        prefills a whole batch a step when nothing else waits (_prefill_step), and hands a step's tokens over after
+        the next step is queued."""
         self._model = model
         self._adapters = adapters
         self._group: Scales | None = None  # the adapters' scales of the slots batched in the last step
@@ -119,6 +123,11 @@ class StepLoop:
         self._costs = (costs if costs is not None else StepCosts()) if weighing else None
         self._reproducible_costs = (drafting.reproducible_costs or self._costs) if drafting and weighing else None
         self.outbox = Outbox()
+        # On a GPU, llama_decode returns once the step is queued: a step's tokens are handed to the event loops after
+        # the next step's decode is queued, so the hand-over and the HTTP side's work on them (which holds the GIL)
+        # run while the GPU computes, not between steps while it waits. On a CPU llama_decode computes the whole step
+        # before it returns, and the tokens go out before it.
+        self._queued_decode = model.gpu_layers > 0 if queued_decode is None else queued_decode
         self.stats = DecodeStats()  # what /metrics reports as llama-server's llamacpp:* series
         self._draft_places = min(drafting.draft_max, MAX_SLOT_STEP - 1) if drafting is not None else 0
         self._actions = SlotActions()  # slots' saves, restores and erases, run between steps (slot_files.py)
@@ -194,7 +203,8 @@ class StepLoop:
                 if self.busy_slots():
                     self._step()
                 self._run_actions()
-                self.outbox.flush()
+                if not (self._queued_decode and self.busy_slots()):  # else once the next step is queued (__init__)
+                    self.outbox.flush()
         except Exception as exc:  # a bug here must not leave requesters waiting forever
             log.exception("the inference loop stopped")
             error = GenerationFailed(f"the inference loop stopped: {exc}")
@@ -306,9 +316,12 @@ class StepLoop:
             fed.append((slot, take))
         self._batch.n_tokens = n
         if n == 0:  # only pictures were decoded this step
+            self.outbox.flush()
             return
         started = time.perf_counter()
         rc = lc.llama_decode(self._ctx, self._batch)
+        if self._queued_decode:
+            self.outbox.flush()  # the last step's tokens, while the GPU computes this one (__init__)
         if rc != 0:
             self._decode_failed(rc, fed)
             return
@@ -378,7 +391,7 @@ class StepLoop:
         them: a step per micro-batch costs a sync and a turn of this loop each, while a GPU waits (#42 measured the
         prefill of a 3B model at 0.90x of llama-server's on an H100). The micro-batches are the same either way, so
         the cache is too."""
-        if self._model.gpu_layers > 0 and not self._queue.waiting:
+        if self._queued_decode and not self._queue.waiting:
             return self._capacity
         return self._model.n_ubatch
 
