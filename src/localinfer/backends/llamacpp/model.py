@@ -10,7 +10,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +176,9 @@ class LlamaModel:
     scratch_seq: int = -1  # the sequence where moved runs wait for the tokens before them (-1: none; kv_shift.py)
     context_shift: bool = False
     last_token_alone: bool = True  # a prompt's last token computed in a step of its own, as a cached one's (step_loop)
+    # each generated token's bytes, read once from llama.cpp (a ctypes call and a buffer each time cost ~10 us a step)
+    _pieces: dict[int, bytes] = field(default_factory=dict, repr=False)
+    _eog: frozenset[int] | None = field(default=None, repr=False)  # the end-of-generation ids, once read
 
     @property
     def n_swa(self) -> int:
@@ -324,6 +327,14 @@ class LlamaModel:
         return list(buf[:n])
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        if special:
+            return self._piece(token, special=True)
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self._piece(token, special=False)
+        return piece
+
+    def _piece(self, token: int, *, special: bool) -> bytes:
         buf = ctypes.create_string_buffer(64)
         n = lc.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
         if n < 0:
@@ -338,11 +349,18 @@ class LlamaModel:
         return max((len(self.token_bytes(token, special=True)) for token in range(n_vocab)), default=1) or 1
 
     def is_eog(self, token: int) -> bool:
-        return bool(lc.llama_vocab_is_eog(self.vocab, token))
+        """Whether ``token`` ends a generation: a set lookup each step (a ctypes call lets go of the GIL, and the
+        HTTP side may keep it a while)."""
+        if self._eog is None:
+            self.eog_ids()
+        assert self._eog is not None
+        return token in self._eog
 
     def eog_ids(self) -> tuple[int, ...]:
         """The end-of-generation tokens, in id order. Reads the whole vocabulary (once, at load)."""
-        return tuple(t for t in range(int(lc.llama_vocab_n_tokens(self.vocab))) if lc.llama_vocab_is_eog(self.vocab, t))
+        ids = tuple(t for t in range(int(lc.llama_vocab_n_tokens(self.vocab))) if lc.llama_vocab_is_eog(self.vocab, t))
+        self._eog = frozenset(ids)
+        return ids
 
     # --- metadata ---------------------------------------------------------------------------------------
 
