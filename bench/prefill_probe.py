@@ -24,7 +24,8 @@ MODEL is a GGUF file or a name bench/gpu_compare.py makes (``1b-F16``: random we
 in ``--work`` unless it is there.
 
 Usage: python bench/prefill_probe.py MODEL.gguf|NAME [--tokens 2048,8192] [--rounds 4] [--gpu-layers 99] [--fa on]
-           [--threads N] [--work DIR --tokenizer TOKENIZER.gguf --llama-cpp-bin DIR] [--out FILE.json]
+           [--threads N] [--instances 2] [--configs llama-server,...]
+           [--work DIR --tokenizer TOKENIZER.gguf --llama-cpp-bin DIR] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ SERVER_CHANGES: dict[str, dict[str, Any]] = {
     "outputs-batch": {"n_outputs_max": 0, "n_outputs_max_per_seq": 0},
     "scratch": {"n_seq_max": 2, "kv_unified": True, "n_outputs_max": 2},
 }
+CONFIGS = (*SERVER_CHANGES, "localinfer", "step-loop")
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 
 
@@ -181,6 +183,7 @@ def main() -> int:
     p.add_argument("--fa", choices=sorted(FLASH_ATTN), default="on")
     p.add_argument("--threads", type=int, default=default_threads())
     p.add_argument("--instances", type=int, default=2, help="contexts of each configuration (default 2)")
+    p.add_argument("--configs", default=",".join(CONFIGS), help=f"which to measure (default all: {','.join(CONFIGS)})")
     p.add_argument("--work", type=Path, default=Path("/tmp/gpu-compare"), help="where a named model is made")
     p.add_argument("--tokenizer", type=Path, help="a GGUF with SmolLM2's tokenizer, for a named model")
     p.add_argument("--llama-cpp-bin", type=Path, help="llama-quantize's folder, for a named quantized model")
@@ -193,22 +196,29 @@ def main() -> int:
         args.work.mkdir(parents=True, exist_ok=True)
         args.model = model_file(args.work, args.tokenizer, str(args.model), args.llama_cpp_bin or Path("."))
 
+    configs = args.configs.split(",")
+    if unknown := set(configs) - set(CONFIGS):
+        p.error(f"unknown --configs {sorted(unknown)}: choose from {','.join(CONFIGS)}")
     ours = [LlamaModel.load(localinfer_spec(args)) for _ in range(args.instances)]  # (also routes llama.cpp's log)
     model = ours[0].model
     batch = lc.llama_batch_init(2048, 0, 1)
     measures: dict[str, Callable[[list[int]], float]] = {}
     for i in range(1, args.instances + 1):  # each configuration's contexts side by side (module docstring)
         for name, changes in SERVER_CHANGES.items():
-            ctx = server_context(model, args, **changes)
-            if name == "llama-server":
-                attach_threadpool(ctx, args.threads)
-            measures[f"{name}#{i}"] = functools.partial(prefill, ctx, batch, n_batch=2048)
-        measures[f"localinfer#{i}"] = functools.partial(prefill, ours[i - 1].ctx, batch, n_batch=2048)
-    step_loop = StepLoopPrefill(localinfer_spec(args))
-    measures["step-loop"] = step_loop
+            if name in configs:
+                ctx = server_context(model, args, **changes)
+                if name == "llama-server":
+                    attach_threadpool(ctx, args.threads)
+                measures[f"{name}#{i}"] = functools.partial(prefill, ctx, batch, n_batch=2048)
+        if "localinfer" in configs:
+            measures[f"localinfer#{i}"] = functools.partial(prefill, ours[i - 1].ctx, batch, n_batch=2048)
+    step_loop = StepLoopPrefill(localinfer_spec(args)) if "step-loop" in configs else None
+    if step_loop is not None:
+        measures["step-loop"] = step_loop
     n_vocab = int(lc.llama_vocab_n_tokens(ours[0].vocab))
     results = {str(n): measure_all(measures, n, n_vocab, args.rounds) for n in args.tokens}
-    step_loop.close()
+    if step_loop is not None:
+        step_loop.close()
     fill = fill_ms(batch, max(args.tokens))
     print(f"filling {max(args.tokens)} tokens into batches: {fill:.2f} ms", file=sys.stderr)
     report = {"model": str(args.model), "fa": args.fa, "gpu_layers": args.gpu_layers, "threads": args.threads}
@@ -221,7 +231,7 @@ def main() -> int:
 
 def measure_all(measures: dict[str, Callable[[list[int]], float]], n: int, n_vocab: int, rounds: int) -> dict[str, Any]:
     """Each measure's prefill of ``n`` random token ids in ``rounds`` rounds (after one that warms up), the order
-    reversed every other round; medians, spreads and speed against the first llama-server context's."""
+    reversed every other round; medians, spreads and speed against the first measure's."""
     names = list(measures)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds + 1):
