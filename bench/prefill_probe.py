@@ -35,6 +35,7 @@ import asyncio
 import ctypes
 import functools
 import json
+import logging
 import random
 import statistics
 import sys
@@ -72,6 +73,21 @@ class ThreadpoolParams(ctypes.Structure):  # ggml.h's struct ggml_threadpool_par
         ("strict_cpu", ctypes.c_bool),
         ("paused", ctypes.c_bool),
     ]
+
+
+class BufferSizes(logging.Handler):
+    """Prints llama.cpp's "compute buffer size" lines (the model's log is routed to Python logging) under the name of
+    the context being made: a context reserves logits for ``n_outputs_max`` outputs (llama-server's for one, the
+    default for a batch), device memory on a GPU."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.making = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "compute buffer size" in message:
+            print(f"{self.making}: {message.split(':', 1)[-1].strip()}", file=sys.stderr)
 
 
 def attach_threadpool(ctx: Any, n_threads: int) -> Any:
@@ -199,6 +215,11 @@ def main() -> int:
     configs = args.configs.split(",")
     if unknown := set(configs) - set(CONFIGS):
         p.error(f"unknown --configs {sorted(unknown)}: choose from {','.join(CONFIGS)}")
+    sizes = BufferSizes()
+    llama_log = logging.getLogger("localinfer.backends.llamacpp.model")
+    llama_log.addHandler(sizes)
+    llama_log.setLevel(logging.DEBUG)
+    sizes.making = "localinfer"
     ours = [LlamaModel.load(localinfer_spec(args)) for _ in range(args.instances)]  # (also routes llama.cpp's log)
     model = ours[0].model
     batch = lc.llama_batch_init(2048, 0, 1)
@@ -206,13 +227,16 @@ def main() -> int:
     for i in range(1, args.instances + 1):  # each configuration's contexts side by side (module docstring)
         for name, changes in SERVER_CHANGES.items():
             if name in configs:
+                sizes.making = name
                 ctx = server_context(model, args, **changes)
                 if name == "llama-server":
                     attach_threadpool(ctx, args.threads)
                 measures[f"{name}#{i}"] = functools.partial(prefill, ctx, batch, n_batch=2048)
         if "localinfer" in configs:
             measures[f"localinfer#{i}"] = functools.partial(prefill, ours[i - 1].ctx, batch, n_batch=2048)
+    sizes.making = "step-loop"
     step_loop = StepLoopPrefill(localinfer_spec(args)) if "step-loop" in configs else None
+    llama_log.removeHandler(sizes)
     if step_loop is not None:
         measures["step-loop"] = step_loop
     n_vocab = int(lc.llama_vocab_n_tokens(ours[0].vocab))
