@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,8 @@ class ManagedServer:
     """A server child process in its own process group, bound to 127.0.0.1, always stopped on exit.
 
     `cmd` must make the server listen on `port`; the server is ready when `GET <health_path>` answers 200
-    (`/health` for llama-server and localinfer; llama-cpp-python's server has none, use `/v1/models`).
+    (`/health` for llama-server and localinfer; llama-cpp-python's server has none, use `/v1/models`). `env`: variables
+    the child gets over this process's environment.
     """
 
     def __init__(
@@ -95,8 +96,10 @@ class ManagedServer:
         log_path: Path,
         startup_timeout: float = 180.0,
         health_path: str = "/health",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.env = dict(env) if env is not None else None  # the child's variables over this process's
         self.cmd = list(cmd)
         self.port = port
         self.base_url = f"http://{HOST}:{port}"
@@ -132,6 +135,7 @@ class ManagedServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, so stop() reaches its children too
+                env={**os.environ, **self.env} if self.env is not None else None,
             )
         deadline = time.monotonic() + self.startup_timeout
         with httpx.Client(timeout=5.0) as client:

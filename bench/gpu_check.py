@@ -115,24 +115,21 @@ def serve_and_measure(
     log = out / f"serve-{name}.log"
     cmd = localinfer("serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--ctx-size", "2048", *extra)
     result: dict[str, Any] = {"name": name, "args": extra, "env": {k: v for k, v in env.items() if k.isupper()}}
-    saved = dict(os.environ)
-    os.environ.update(env)  # ManagedServer's child inherits this process's environment
     started = time.perf_counter()
-    try:
-        with ManagedServer(f"localinfer serve ({name})", cmd, port, log) as server, httpx.Client() as client:
-            result["ready_s"] = round(time.perf_counter() - started, 2)
-            model_id = server.model_id(model.name)
-            ps = client.get(f"{server.base_url}/api/ps", timeout=30).json()
-            result["api_ps"] = [{k: m.get(k) for k in ("name", "size", "size_vram")} for m in ps.get("models", [])]
-            status = client.get(f"{server.base_url}/api/localinfer/status", timeout=30).json()
-            result["loaded"] = status.get("loaded")
-            chat(client, server.base_url, model_id, 16, ignore_eos=True)  # warm-up, unmeasured
-            result["nvidia_smi_loaded"] = nvidia_smi()
-            runs = [chat(client, server.base_url, model_id, tokens, ignore_eos=True) for _ in range(rounds)]
-            natural = chat(client, server.base_url, model_id, tokens, ignore_eos=False)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    with (
+        ManagedServer(f"localinfer serve ({name})", cmd, port, log, env=env) as server,
+        httpx.Client() as client,
+    ):
+        result["ready_s"] = round(time.perf_counter() - started, 2)
+        model_id = server.model_id(model.name)
+        ps = client.get(f"{server.base_url}/api/ps", timeout=30).json()
+        result["api_ps"] = [{k: m.get(k) for k in ("name", "size", "size_vram")} for m in ps.get("models", [])]
+        status = client.get(f"{server.base_url}/api/localinfer/status", timeout=30).json()
+        result["loaded"] = status.get("loaded")
+        chat(client, server.base_url, model_id, 16, ignore_eos=True)  # warm-up, unmeasured
+        result["nvidia_smi_loaded"] = nvidia_smi()
+        runs = [chat(client, server.base_url, model_id, tokens, ignore_eos=True) for _ in range(rounds)]
+        natural = chat(client, server.base_url, model_id, tokens, ignore_eos=False)
     lines = log.read_text(errors="replace").splitlines()
     # Per-layer lines ("layer 3 assigned to device CUDA0") are summed up by llama.cpp's own "offloaded N/M" line.
     result["device_lines"] = [

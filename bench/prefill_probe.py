@@ -170,20 +170,26 @@ class StepLoopPrefill:
         return timings.prompt_ms
 
 
+def fill(batch: Any, tokens: list[int], start: int, n_batch: int) -> None:
+    """Write the step of ``tokens`` from ``start`` into ``batch`` token by token, as the step loop's _add does: sequence
+    0, logits for the prompt's last token only."""
+    chunk = tokens[start : start + n_batch]
+    for i, token in enumerate(chunk):
+        batch.token[i] = token
+        batch.pos[i] = start + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = start + i == len(tokens) - 1
+    batch.n_tokens = len(chunk)
+
+
 def prefill(ctx: Any, batch: Any, tokens: list[int], *, n_batch: int) -> float:
     """Milliseconds to compute ``tokens`` from an empty cache, ``n_batch`` a step, logits for the last only."""
     lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
     lc.llama_synchronize(ctx)
     started = time.perf_counter()
     for start in range(0, len(tokens), n_batch):
-        chunk = tokens[start : start + n_batch]
-        for i, token in enumerate(chunk):  # as the step loop's _add
-            batch.token[i] = token
-            batch.pos[i] = start + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = start + i == len(tokens) - 1
-        batch.n_tokens = len(chunk)
+        fill(batch, tokens, start, n_batch)
         if lc.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
     lc.llama_synchronize(ctx)
@@ -281,16 +287,12 @@ def measure_all(measures: dict[str, Callable[[list[int]], float]], n: int, n_voc
 
 def fill_ms(batch: Any, n: int, rounds: int = 5) -> float:
     """The step loop's Python work alone for ``n`` tokens: writing them into the batch, the median of ``rounds``."""
+    tokens = [1] * n
 
     def once() -> float:
         started = time.perf_counter()
         for start in range(0, n, 2048):
-            for i in range(min(2048, n - start)):
-                batch.token[i] = 1
-                batch.pos[i] = start + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = False
+            fill(batch, tokens, start, 2048)
         return (time.perf_counter() - started) * 1000.0
 
     return statistics.median(once() for _ in range(rounds))

@@ -80,28 +80,21 @@ def measure_way(args: argparse.Namespace, way: str, work: Path) -> dict[str, Any
     gaps_file.write_text("")
     env = {"STEP_GAP_OUT": str(gaps_file), "STEP_GAP_WAY": way}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(work), os.environ.get("PYTHONPATH", "")) if p)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the server inherits them (ManagedServer starts it with this process's environment)
     port = free_port()
     cmd = [sys.executable, "-m", "localinfer.app.cli", "serve", str(args.model), "--port", str(port)]
     cmd += ["--parallel", "1", "--spec", "off", *shlex.split(args.serve_args)]
-    try:
-        with ManagedServer(f"localinfer ({way})", cmd, port, work / f"serve-{way}.log") as server:
-            rates = []
-            with httpx.Client() as client:
-                for r in range(args.rounds + 1):  # round 0 warms up and is not counted
-                    body = greedy_body(server.model_id("model"), args.tokens, prompt=f"Round {r}: once upon a time")
-                    stats = stream_completion(client, server.base_url, body)
-                    if r == 0:
-                        gaps_file.write_text("")
-                    else:
-                        rates.append(stats.decode_tps)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
+    rates = []
+    with (
+        ManagedServer(f"localinfer ({way})", cmd, port, work / f"serve-{way}.log", env=env) as server,
+        httpx.Client() as client,
+    ):
+        for r in range(args.rounds + 1):  # round 0 warms up and is not counted
+            body = greedy_body(server.model_id("model"), args.tokens, prompt=f"Round {r}: once upon a time")
+            stats = stream_completion(client, server.base_url, body)
+            if r == 0:
+                gaps_file.write_text("")
             else:
-                os.environ[k] = v
+                rates.append(stats.decode_tps)
     gaps = [float(line) for line in gaps_file.read_text().split()]
     if len(gaps) < args.rounds * (args.tokens - 2):
         raise SystemExit(f"{way}: only {len(gaps)} steps were timed; see {work / f'serve-{way}.log'}")

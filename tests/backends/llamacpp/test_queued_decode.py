@@ -18,7 +18,7 @@ from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.llamacpp.job import Outbox
 from localinfer.models.store import Manifest
-from localinfer.types import FinishReason, GenerationOptions, GenerationRequest, SamplingParams, TokenChunk
+from localinfer.types import GenerationOptions, GenerationRequest, SamplingParams, TokenChunk
 
 # Long enough for several micro-batches of 512 tokens: one step of the GPU's way, three of the CPU's.
 LONG_PROMPT = "The tide came in over the flat sand and went out again. " * 110
@@ -110,8 +110,7 @@ async def test_requests_decoded_together_each_get_every_token_and_their_end(
         prompts = [f"Story {i}: once upon a time" for i in range(len(lengths))]
         answers = await asyncio.gather(*(reply(backend, p, n) for p, n in zip(prompts, lengths, strict=True)))
     for (chunks, end), n in zip(answers, lengths, strict=True):
-        finish: FinishReason | None = end.finish_reason
-        assert finish == "length"
+        assert end.finish_reason == "length"
         assert end.usage is not None and end.usage.completion_tokens == n
         assert sum(len(c.tokens) for c in chunks) + len(end.tokens) == n
     assert handovers.most_steps_waited() == (1 if queued else 0)

@@ -6,6 +6,7 @@ Only the inference thread calls the context; tokenizing and metadata reads are s
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 from collections.abc import Iterator
@@ -178,7 +179,6 @@ class LlamaModel:
     last_token_alone: bool = True  # a prompt's last token computed in a step of its own, as a cached one's (step_loop)
     # each generated token's bytes, read once from llama.cpp (a ctypes call and a buffer each time cost ~10 us a step)
     _pieces: dict[int, bytes] = field(default_factory=dict, repr=False)
-    _eog: frozenset[int] | None = field(default=None, repr=False)  # the end-of-generation ids, once read
 
     @property
     def n_swa(self) -> int:
@@ -351,16 +351,17 @@ class LlamaModel:
     def is_eog(self, token: int) -> bool:
         """Whether ``token`` ends a generation: a set lookup each step (a ctypes call lets go of the GIL, and the
         HTTP side may keep it a while)."""
-        if self._eog is None:
-            self.eog_ids()
-        assert self._eog is not None
         return token in self._eog
 
     def eog_ids(self) -> tuple[int, ...]:
-        """The end-of-generation tokens, in id order. Reads the whole vocabulary (once, at load)."""
-        ids = tuple(t for t in range(int(lc.llama_vocab_n_tokens(self.vocab))) if lc.llama_vocab_is_eog(self.vocab, t))
-        self._eog = frozenset(ids)
-        return ids
+        """The end-of-generation tokens, in id order."""
+        return tuple(sorted(self._eog))
+
+    @functools.cached_property
+    def _eog(self) -> frozenset[int]:
+        """The end-of-generation ids, read from the whole vocabulary once (facts() does it at load)."""
+        n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
+        return frozenset(t for t in range(n_vocab) if lc.llama_vocab_is_eog(self.vocab, t))
 
     # --- metadata ---------------------------------------------------------------------------------------
 

@@ -316,7 +316,8 @@ class StepLoop:
             fed.append((slot, take))
         self._batch.n_tokens = n
         if n == 0:  # only pictures were decoded this step
-            self.outbox.flush()
+            if self._queued_decode:
+                self.outbox.flush()  # no step queued: the last step's tokens go now (__init__)
             return
         started = time.perf_counter()
         rc = lc.llama_decode(self._ctx, self._batch)
