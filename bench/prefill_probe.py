@@ -9,7 +9,8 @@ each configuration here changes one thing from llama-server's, so whichever is s
 - ``llama-server``: as ``llama-server -np 1`` makes it (one sequence, ``kv_unified`` false, ``n_outputs_max`` 1:
   server_output_limits), with a CPU threadpool attached as common_init attaches one;
 - ``no-threadpool``: the same without the threadpool (llama-cpp-python attaches none);
-- ``outputs-batch``: ``n_outputs_max`` left at llama.cpp's default, the batch size (localinfer's);
+- ``outputs-batch``: ``n_outputs_max`` left at llama.cpp's default, the batch size (localinfer's until it sized it
+  as llama-server does: step_limits.py);
 - ``scratch``: two sequences in one unified KV cache (localinfer's one slot with KV shifting's scratch sequence);
 - ``localinfer``: the context localinfer's loader makes from the same flags (backends/llamacpp/model.py);
 - ``step-loop``: localinfer's backend itself, in this process (its step loop, no HTTP), given the prompt's ids with

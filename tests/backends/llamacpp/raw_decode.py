@@ -20,3 +20,11 @@ def decode_with_logits(ctx: lc.llama_context_p, batch: Any, tokens: Sequence[int
         batch.logits[i] = True
     batch.n_tokens = len(tokens)
     assert lc.llama_decode(ctx, batch) == 0
+
+
+def decode_prompt(ctx: lc.llama_context_p, tokens: Sequence[int]) -> None:
+    """Decode ``tokens`` as sequence 0's prompt from position 0, with logits at the last only, as the step loop asks
+    for a prompt's: a context loaded as the server loads it holds logits for its slots' tokens and drafts, not for
+    every token of a batch (step_limits.py)."""
+    array = (lc.llama_token * len(tokens))(*tokens)
+    assert lc.llama_decode(ctx, lc.llama_batch_get_one(array, len(tokens))) == 0

@@ -35,7 +35,7 @@ from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.model import LlamaModel
 from localinfer.backends.llamacpp.sampling import logits_at
 from localinfer.models.store import Manifest
-from tests.backends.llamacpp.raw_decode import decode_with_logits
+from tests.backends.llamacpp.raw_decode import decode_prompt, decode_with_logits
 from tests.backends.llamacpp.test_speculation import GEMMA3_ALIKE_ROWS, greedy, loaded, reply
 
 pytestmark = pytest.mark.model
@@ -69,7 +69,7 @@ class Stepper:
             lc.llama_memory_seq_rm(memory, 0, cached, -1)
         else:
             lc.llama_memory_seq_rm(memory, 0, 0, -1)
-            decode_with_logits(self.model.ctx, self.batch, self.text[:cached])
+            decode_prompt(self.model.ctx, self.text[:cached])
             self.prompt = cached
         rows: list[npt.NDArray[np.float32]] = []
         for start in range(cached, cached + FOLLOWING, width):

@@ -67,8 +67,14 @@ class DraftModel:
         ModelLoadError when it cannot load, or when its vocabulary is not the target's."""
         if spec.draft_path is None:
             raise ModelLoadError("speculation by a draft model needs one", hint="name it with --draft MODEL")
-        draft_spec = dataclasses.replace(
-            spec, path=spec.draft_path, ctx_size=target.n_ctx, parallel=target.n_seq_max, draft_path=None, cache_reuse=0
+        draft_spec = dataclasses.replace(  # it drafts nothing itself: a decode asks for one token's logits
+            spec,
+            path=spec.draft_path,
+            ctx_size=target.n_ctx,
+            parallel=target.n_seq_max,
+            draft_path=None,
+            cache_reuse=0,
+            speculation="off",
         )
         model = LlamaModel.load(draft_spec)
         problem = vocab_mismatch(target.vocab, model.vocab)

@@ -20,6 +20,7 @@ import llama_cpp.llama_cpp as lc
 from localinfer.backends.base import DeviceUse, FimTokens, LoadSpec, ModelFacts
 from localinfer.backends.llamacpp import devices as device_choice
 from localinfer.backends.llamacpp.rpc import devices as rpc
+from localinfer.backends.llamacpp.step_limits import output_limits
 from localinfer.errors import ModelLoadError
 from localinfer.models.metadata.thinking import thinking_markers
 from localinfer.types import DEFAULT_KV_CACHE_TYPE, KV_CACHE_BYTES
@@ -102,7 +103,7 @@ GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q
 # that verifies a draft changes greedy text (test_attention.py), while flash attention computes each token's row
 # alone up to 256 cells (past that a lone token takes its split-KV kernel: test_step_width.py); so with it off,
 # prompt lookup is off unless asked for (Settings.speculation). Its attention scores also take memory that grows
-# with the context (SmolLM2 at 8,192 tokens: a compute buffer of 166 MiB, not 98).
+# with the context (SmolLM2 at 8,192 tokens: a compute buffer of 166 MiB, not 22).
 FLASH_ATTN_TYPES = {
     "auto": lc.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": lc.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -177,6 +178,7 @@ class LlamaModel:
     scratch_seq: int = -1  # the sequence where moved runs wait for the tokens before them (-1: none; kv_shift.py)
     context_shift: bool = False
     last_token_alone: bool = True  # a prompt's last token computed in a step of its own, as a cached one's (step_loop)
+    draft_room: int = 0  # the most draft tokens a slot's step may verify: the context holds their logits (step_limits)
     # each generated token's bytes, read once from llama.cpp (a ctypes call and a buffer each time cost ~10 us a step)
     _pieces: dict[int, bytes] = field(default_factory=dict, repr=False)
 
@@ -234,6 +236,8 @@ class LlamaModel:
         cparams.n_batch = spec.batch_size
         cparams.n_ubatch = min(spec.ubatch_size, spec.batch_size)
         cparams.n_seq_max = parallel + 1 if scratch else parallel
+        limits = output_limits(spec, parallel=parallel, n_seq=cparams.n_seq_max)
+        cparams.n_outputs_max = limits.outputs  # logits for the slots' tokens and drafts, not a micro-batch's
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.kv_unified = scratch
@@ -303,6 +307,7 @@ class LlamaModel:
             scratch_seq=parallel if scratch else -1,
             context_shift=spec.context_shift,
             last_token_alone=spec.last_token_alone,
+            draft_room=limits.draft_room,
         )
 
     def free(self) -> None:

@@ -3,7 +3,7 @@
 A draft pays when the tokens it is expected to add are worth more than what it adds to the step. That cost is not
 a constant: on a 2-core CPU after 800 tokens of context, SmolLM2 (Q4_1) computes one token in ~19 ms and every
 token of a 2-63 token batch in 8.5-14 ms (and of one sequence's 64 or more in ~6 ms, flash attention's tiled
-kernel, which a slot's step does not reach: step_loop.MAX_SLOT_STEP), while Gemma 3 (Q4_K_M) falls from 27 ms to 4
+kernel, which a slot's step does not reach: step_limits.MAX_SLOT_STEP), while Gemma 3 (Q4_K_M) falls from 27 ms to 4
 ms a token (llama-bench, docs/benchmarks.md); on a GPU, dozens of tokens cost what one does. So the loop times
 each step whose tokens all ask for logits (generating slots and their drafts: a prompt chunk's tokens are cheaper)
 and speculative.py asks this table what a wider step would cost.

@@ -52,13 +52,6 @@ log = logging.getLogger(__name__)
 # While other slots are generating, a prompt is prefilled at most this many tokens per step, so that their
 # streams keep flowing (a 512-token chunk takes seconds on a small CPU).
 PREFILL_CHUNK_WHILE_GENERATING = 128
-# A slot's step (its next token and the draft) stays under 64 tokens: ggml's CPU flash attention computes 64 or more
-# of a sequence's tokens with a tiled kernel (its products in f32) and fewer one row at a time (in f16), so a step of
-# 64 gives other logits than single tokens do, and verifying a 63-token draft changed SmolLM2's greedy text
-# (test_attention.py). Below 64 the rows are computed as a single token's are, within 256 cells of context (past
-# that ggml computes a lone token with its split-KV kernel) and, for Gemma 3's repacked weights, below four rows
-# (test_step_width.py).
-MAX_SLOT_STEP = 63
 
 
 @dataclass(frozen=True)
@@ -129,7 +122,7 @@ class StepLoop:
         # before it returns, and the tokens go out before it.
         self._queued_decode = model.gpu_layers > 0 if queued_decode is None else queued_decode
         self.stats = DecodeStats()  # what /metrics reports as llama-server's llamacpp:* series
-        self._draft_places = min(drafting.draft_max, MAX_SLOT_STEP - 1) if drafting is not None else 0
+        self._draft_places = min(drafting.draft_max, model.draft_room) if drafting is not None else 0
         self._actions = SlotActions()  # slots' saves, restores and erases, run between steps (slot_files.py)
         self._held: set[int] = set()  # the slots whose prompt's last token the last step held back
         self._slot_files = SlotFiles(self._ctx, n_ctx=model.n_ctx, n_vocab=self._n_vocab, n_swa=self._n_swa)
@@ -406,11 +399,11 @@ class StepLoop:
 
     def _draft(self, slot: Slot, job: Job, width: int, room: int) -> list[int]:
         """The draft to verify after the slot's next token, in a step ``width`` tokens wide with that token: none
-        without speculation, and never more than the batch, the context, the request's token limit and
-        MAX_SLOT_STEP leave room for."""
+        without speculation, and never more than the batch, the context, the request's token limit and the
+        context's outputs (``LlamaModel.draft_room``: step_limits.py) leave room for."""
         if job.speculation is None:
             return []
-        room = min(room, self._model.n_ctx - len(slot.cached) - 2, MAX_SLOT_STEP - 1)
+        room = min(room, self._model.n_ctx - len(slot.cached) - 2, self._model.draft_room)
         if job.max_tokens is not None:
             room = min(room, job.max_tokens - job.generated - 1)
         return job.speculation.draft(room, width) if room > 0 else []
