@@ -58,6 +58,7 @@ from random_gguf import SHAPES, quantize, write_random, write_tokenizer_only
 
 GPU_MODELS = "1b-F16,1b-Q4_K_M,3b-F16,3b-Q4_K_M,8b-Q4_K_M,8b-F16"
 CPU_MODELS = "tiny-F16,tiny-Q4_K_M,135m-Q4_K_M"
+VOCAB = 49152  # SmolLM2's tokenizer, which every model here has
 SLOT = 512  # tokens per slot in the streams phases
 MAX_STREAMS = 64
 LOAD_STREAMS = 16
@@ -211,23 +212,28 @@ def summary(values: dict[str, list[float]]) -> dict[str, Any]:
     }
 
 
-def run_model(args: argparse.Namespace, name: str, fa: str) -> dict[str, Any]:
-    """One model with flash attention ``fa``: prefill first (the figure #42 found behind), then streams and TTFT;
-    what is measured is written to ``args.partial`` as it comes."""
-    model = model_file(args.work, args.tokenizer, name, args.bin_dir)
-    vocab = 49152
-    common = ["-ngl", "0" if args.cpu_only else "99", "-fa", fa]
-    result: dict[str, Any] = {"model": name, "flash_attn": fa, "size_mib": model.stat().st_size >> 20}
-    flags = [*common, "-c", str(max(args.prefill) + 256), "-np", "1"]
+def prefill_phase(args: argparse.Namespace, model: Path, flags: list[str], result: dict[str, Any]) -> None:
+    """Prefill of each ``args.prefill`` size on servers of one slot started with ``flags``, into ``result``."""
+    name, fa = result["model"], result["flash_attn"]
     with servers(args, model, flags, f"{name}-fa{fa}-prefill") as up:
         for n in args.prefill:
 
             def prefill(engine: str, r: int, n: int = n) -> float:
-                return prefill_round(up[engine].base_url, n, r * 7 + n, vocab)
+                return prefill_round(up[engine].base_url, n, r * 7 + n, VOCAB)
 
             result[f"prefill_{n}"] = summary(alternate(args.rounds, prefill))
             write_json(args.partial, result)
             print(f"{name} fa {fa}: prefill {n} {result[f'prefill_{n}']['median']}", file=sys.stderr)
+
+
+def run_model(args: argparse.Namespace, name: str, fa: str) -> dict[str, Any]:
+    """One model with flash attention ``fa``: prefill first (the figure #42 found behind), then streams and TTFT;
+    what is measured is written to ``args.partial`` as it comes."""
+    model = model_file(args.work, args.tokenizer, name, args.bin_dir)
+    common = ["-ngl", "0" if args.cpu_only else "99", "-fa", fa]
+    result: dict[str, Any] = {"model": name, "flash_attn": fa, "size_mib": model.stat().st_size >> 20}
+    if args.prefill:  # ("": no prefill phase)
+        prefill_phase(args, model, [*common, "-c", str(max(args.prefill) + 256), "-np", "1"], result)
     n_slots = MAX_STREAMS + 1
     flags = [*common, "-c", str(SLOT * n_slots), "-np", str(n_slots)]
     with servers(args, model, flags, f"{name}-fa{fa}-streams") as up:
@@ -294,7 +300,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--streams", type=ints, default=[1, 16, 64])
     p.add_argument("--tokens", type=int, default=128, help="tokens per stream (default 128; 32 with --cpu-only)")
-    p.add_argument("--prefill", type=ints, default=[2048, 8192])
+    p.add_argument("--prefill", type=ints, default=[2048, 8192], help='prompt sizes ("": no prefill phase)')
     p.add_argument("--probes", type=int, default=8, help="TTFT requests per round while 16 streams decode")
     p.add_argument("--tokenizer", type=Path, help="a GGUF with SmolLM2's tokenizer (default: the tests' SmolLM2)")
     p.add_argument("--llama-cpp-bin", type=Path, help="llama-server and llama-quantize (default: build-llama-cpp)")

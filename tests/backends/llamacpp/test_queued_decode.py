@@ -17,6 +17,7 @@ import pytest
 from localinfer.backends.base import LoadSpec
 from localinfer.backends.llamacpp.backend import LlamaCppBackend
 from localinfer.backends.llamacpp.job import Outbox
+from localinfer.backends.llamacpp.step_loop import PREFILL_CHUNK_WHILE_GENERATING
 from localinfer.models.store import Manifest
 from localinfer.types import GenerationOptions, GenerationRequest, SamplingParams, TokenChunk
 
@@ -114,3 +115,34 @@ async def test_requests_decoded_together_each_get_every_token_and_their_end(
         assert end.usage is not None and end.usage.completion_tokens == n
         assert sum(len(c.tokens) for c in chunks) + len(end.tokens) == n
     assert handovers.most_steps_waited() == (1 if queued else 0)
+
+
+@pytest.mark.parametrize(
+    ("queued", "chunk"), [(False, PREFILL_CHUNK_WHILE_GENERATING), (True, 512)], ids=["cpu-way", "gpu-way"]
+)
+async def test_a_prompt_beside_a_generating_request_is_computed_a_micro_batch_a_step_the_gpus_way(
+    smollm2: Manifest, queued: bool, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one request generates (until the other has its answer), a long prompt is computed beside its token in
+    chunks of PREFILL_CHUNK_WHILE_GENERATING on a CPU and of a micro-batch (512 tokens) on a GPU, where llama-server
+    takes a whole batch: a 1,300-token prompt waits for three steps of the others' tokens, not eleven."""
+    widths: list[int] = []
+    decode = lc.llama_decode
+
+    def recorded(ctx: lc.llama_context_p, batch: lc.llama_batch) -> int:
+        widths.append(int(batch.n_tokens))
+        return int(decode(ctx, batch))
+
+    monkeypatch.setattr(lc, "llama_decode", recorded)
+    options = GenerationOptions(SamplingParams(temperature=0.0), max_tokens=3000, ignore_eos=True)
+    async with backend_of(smollm2, queued=queued, parallel=2) as backend:
+        generating = backend.generate(GenerationRequest("generating", "Once upon a time", options))
+        async with contextlib.aclosing(generating):
+            while not (await anext(generating)).tokens:  # its first token: from here on it has one in every step
+                pass
+            beside = len(widths)
+            _, end = await reply(backend, LONG_PROMPT, 1)
+            assert end.timings is not None and end.timings.prompt_n > 1024
+            during = widths[beside:]
+    assert max(during) == 1 + chunk  # its token and a chunk of the prompt
+    assert sum(w - 1 for w in during) >= end.timings.prompt_n  # every prompt token came beside one of its tokens

@@ -49,8 +49,8 @@ from localinfer.types import FinishReason
 
 log = logging.getLogger(__name__)
 
-# While other slots are generating, a prompt is prefilled at most this many tokens per step, so that their
-# streams keep flowing (a 512-token chunk takes seconds on a small CPU).
+# On a CPU, while other slots are generating, a prompt is prefilled at most this many tokens per step, so that their
+# streams keep flowing (a 512-token chunk takes seconds on a small CPU). On a GPU a micro-batch (_prefill_step).
 PREFILL_CHUNK_WHILE_GENERATING = 128
 
 
@@ -284,9 +284,7 @@ class StepLoop:
         # One micro-batch of prompt per step at most (but on a GPU: _prefill_step): llama.cpp computes no more at
         # once anyway, and between steps a waiting job of higher priority can take the slot of a long prompt
         # (JobQueue.dispatch).
-        budget = min(self._capacity - n, self._prefill_step())
-        if generating:
-            budget = min(budget, PREFILL_CHUNK_WHILE_GENERATING)
+        budget = min(self._capacity - n, self._prefill_step(generating=bool(generating)))
         by_priority = sorted(self._slots, key=lambda s: -s.job.priority if s.job is not None else 0)
         for slot in by_priority:  # then prompt chunks, highest priority first, as far as the budget allows
             if slot.job is None or not slot.to_prefill or budget <= 0 or slot.lora != group:
@@ -379,15 +377,22 @@ class StepLoop:
             self.stats.media(chunk.n_tokens, done.encode_ms / 1000.0)
             job.report_progress(len(slot.cached))
 
-    def _prefill_step(self) -> int:
-        """The most prompt tokens a step takes: a micro-batch, or on a GPU with nothing else to do (no slot generating
-        and no job waiting) a whole batch, which llama.cpp computes micro-batch by micro-batch without a sync between
-        them: a step per micro-batch costs a sync and a turn of this loop each, while a GPU waits (#42 measured the
-        prefill of a 3B model at 0.90x of llama-server's on an H100). The micro-batches are the same either way, so
-        the cache is too."""
-        if self._queued_decode and not self._queue.waiting:
-            return self._capacity
-        return self._model.n_ubatch
+    def _prefill_step(self, *, generating: bool) -> int:
+        """The most prompt tokens a step takes. On a CPU a micro-batch, and while slots are ``generating``
+        PREFILL_CHUNK_WHILE_GENERATING, since a step's tokens take their time in compute there.
+
+        On a GPU with nothing else to do (no slot generating and no job waiting) a whole batch, which llama.cpp
+        computes micro-batch by micro-batch without a sync between them: a step per micro-batch costs a sync and a
+        turn of this loop each, while a GPU waits (#42 measured the prefill of a 3B model at 0.90x of llama-server's
+        on an H100). The micro-batches are the same either way, so the cache is too. Beside generating slots, a
+        micro-batch: a GPU computes one in milliseconds, and a prompt cut in chunks of 128 waited four steps of the
+        others' tokens for each micro-batch, its first token later than llama-server's (which takes a whole batch
+        beside them)."""
+        if not self._queued_decode:
+            return min(self._model.n_ubatch, PREFILL_CHUNK_WHILE_GENERATING) if generating else self._model.n_ubatch
+        if generating or self._queue.waiting:
+            return self._model.n_ubatch
+        return self._capacity
 
     def _add(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
         batch = self._batch
