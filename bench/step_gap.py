@@ -9,7 +9,11 @@ to the HTTP side before the next step's decode, ``gpu`` after it is queued (Step
 placed. Each round streams ``--tokens`` greedy tokens (``ignore_eos``) from ``/v1/completions``; the report gives the
 median and 90th percentile gap over every step of the rounds, and the client's decode rate, for each way.
 
-Usage: python bench/step_gap.py [--model PATH] [--ways cpu,gpu] [--rounds 3] [--tokens 300]
+With ``--streams N``, N streams at once on N slots: the gap is from a step's first logits read to the next
+``llama_decode``, counted where that next step holds a token of each stream (every slot's sampling and the next
+batch are in it), and the rate is the total over the wall time.
+
+Usage: python bench/step_gap.py [--model PATH] [--ways cpu,gpu] [--rounds 3] [--tokens 300] [--streams 1]
            [--serve-args "--gpu-layers 99"] [--out FILE.json]
 """
 
@@ -25,15 +29,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from benchlib import (
     ManagedServer,
     free_port,
     greedy_body,
     install_sigterm_handler,
     machine_info,
-    stream_completion,
+    stream_concurrently,
 )
 
 SITECUSTOMIZE = """
@@ -43,12 +45,13 @@ from localinfer.backends.llamacpp import step_loop
 
 _decode, _logits = lc.llama_decode, lc.llama_get_logits_ith
 _out = open(os.environ["STEP_GAP_OUT"], "a", buffering=1)
+_streams = int(os.environ.get("STEP_GAP_STREAMS", "1"))
 _read = [None]
 
 
 def llama_decode(ctx, batch):
     started = time.perf_counter()
-    if _read[0] is not None and batch.n_tokens == 1:
+    if _read[0] is not None and batch.n_tokens == _streams:
         _out.write(f"{(started - _read[0]) * 1e6:.1f}\\n")
     _read[0] = None
     return _decode(ctx, batch)
@@ -56,7 +59,8 @@ def llama_decode(ctx, batch):
 
 def llama_get_logits_ith(ctx, i):
     logits = _logits(ctx, i)
-    _read[0] = time.perf_counter()
+    if _read[0] is None:  # the step's first: every slot's sampling is in the gap
+        _read[0] = time.perf_counter()
     return logits
 
 
@@ -78,25 +82,25 @@ step_loop.StepLoop.__init__ = __init__
 def measure_way(args: argparse.Namespace, way: str, work: Path) -> dict[str, Any]:
     gaps_file = work / f"gaps-{way}.txt"
     gaps_file.write_text("")
-    env = {"STEP_GAP_OUT": str(gaps_file), "STEP_GAP_WAY": way}
+    env = {"STEP_GAP_OUT": str(gaps_file), "STEP_GAP_WAY": way, "STEP_GAP_STREAMS": str(args.streams)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(work), os.environ.get("PYTHONPATH", "")) if p)
     port = free_port()
     cmd = [sys.executable, "-m", "localinfer.app.cli", "serve", str(args.model), "--port", str(port)]
-    cmd += ["--parallel", "1", "--spec", "off", *shlex.split(args.serve_args)]
+    cmd += ["--parallel", str(args.streams), "--spec", "off", *shlex.split(args.serve_args)]
     rates = []
-    with (
-        ManagedServer(f"localinfer ({way})", cmd, port, work / f"serve-{way}.log", env=env) as server,
-        httpx.Client() as client,
-    ):
+    with ManagedServer(f"localinfer ({way})", cmd, port, work / f"serve-{way}.log", env=env) as server:
         for r in range(args.rounds + 1):  # round 0 warms up and is not counted
-            body = greedy_body(server.model_id("model"), args.tokens, prompt=f"Round {r}: once upon a time")
-            stats = stream_completion(client, server.base_url, body)
+            bodies = [
+                greedy_body(server.model_id("model"), args.tokens, prompt=f"Round {r}, story {i}: once upon a time")
+                for i in range(args.streams)
+            ]
+            wall, stats = stream_concurrently(server.base_url, bodies)
             if r == 0:
                 gaps_file.write_text("")
             else:
-                rates.append(stats.decode_tps)
+                rates.append(stats[0].decode_tps if args.streams == 1 else sum(s.tokens for s in stats) / wall)
     gaps = [float(line) for line in gaps_file.read_text().split()]
-    if len(gaps) < args.rounds * (args.tokens - 2):
+    if len(gaps) < args.rounds * (args.tokens // 2):  # the steps where every stream generated
         raise SystemExit(f"{way}: only {len(gaps)} steps were timed; see {work / f'serve-{way}.log'}")
     gaps.sort()
     return {
@@ -115,6 +119,7 @@ def main() -> int:
     p.add_argument("--ways", default="cpu,gpu", help="cpu, gpu and/or auto (default cpu,gpu)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tokens", type=int, default=300)
+    p.add_argument("--streams", type=int, default=1, help="concurrent streams, a slot each (default 1)")
     p.add_argument("--serve-args", default="", help="more `localinfer serve` flags, e.g. --gpu-layers 99")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
